@@ -1,0 +1,127 @@
+"""PPO (Schulman et al. 2017) with the implementation details of Huang et al. (2022).
+
+Epochs x shuffled minibatches over the flattened rollout; per-minibatch advantage
+normalisation; optional value clipping; entropy bonus; global gradient-norm clipping; Adam
+(eps 1e-5) with the learning rate in `inject_hyperparams` state, annealed linearly.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from rlax_trpo import losses
+from rlax_trpo.algorithms.base import (
+    Algorithm,
+    flatten_batch,
+    make_critic_batch,
+    minibatches,
+    set_learning_rate,
+)
+from rlax_trpo.config import Config, HParams
+from rlax_trpo.networks import Networks
+from rlax_trpo.types import Batch, Params
+
+
+class PPOState(NamedTuple):
+    opt_state: Any
+    updates: jax.Array  # number of update calls so far (for learning-rate annealing)
+    kl_beta: jax.Array  # KL penalty coefficient (used by the kl_* penalty forms)
+
+
+def make_optimizer(config: Config) -> optax.GradientTransformation:
+    if config.optimizer == "sgd":
+        return optax.inject_hyperparams(optax.sgd)(learning_rate=1.0)
+    return optax.inject_hyperparams(optax.adam)(learning_rate=1.0, eps=config.adam_eps)
+
+
+def anneal(config: Config, learning_rate: jax.Array, updates: jax.Array) -> jax.Array:
+    """Linear decay from `learning_rate` to 0 over the run when `config.anneal_lr`."""
+    if not config.anneal_lr:
+        return learning_rate
+    frac = 1.0 - updates.astype(jnp.float32) / config.num_iterations
+    return learning_rate * frac
+
+
+def make_ppo(config: Config, networks: Networks) -> Algorithm:
+    optimizer = make_optimizer(config)
+
+    def init(params: Params, hp: HParams) -> PPOState:
+        return PPOState(optimizer.init(params), jnp.zeros((), jnp.int32), hp.kl_beta)
+
+    def loss_fn(params: Params, mb: Batch, hp: HParams, kl_beta: jax.Array):
+        dist = networks.policy(params.policy, mb.obs)
+        log_prob = dist.log_prob(mb.action)
+        log_ratio = log_prob - mb.log_prob
+        ratio = jnp.exp(log_ratio)
+        adv = losses.normalize(mb.advantage) if config.normalize_advantages else mb.advantage
+        approx_kl = losses.kl_estimate(log_ratio, "k3").mean()  # KL(old || new), k3
+        if config.penalty == "clip":
+            pg_loss = losses.clipped_surrogate_loss(ratio, adv, hp.clip_eps)
+        else:  # kl_fixed / kl_adaptive: -(r A) + beta KL(old || new)   (PPO paper, sec. 4)
+            pg_loss = -(ratio * jax.lax.stop_gradient(adv)).mean() + kl_beta * approx_kl
+        values = networks.value(params.value, mb.obs)
+        v_loss = losses.value_loss(
+            values, mb.target, mb.value if config.clip_value_loss else None, hp.value_clip_eps
+        )
+        entropy = dist.entropy().mean()
+        total = pg_loss + hp.vf_coef * v_loss - hp.ent_coef * entropy
+        aux = {
+            "policy/loss": pg_loss,
+            "value/loss": v_loss,
+            "policy/entropy": entropy,
+            "policy/kl": approx_kl,
+            "ppo/clip_frac": (jnp.abs(ratio - 1.0) > hp.clip_eps).mean(),
+            "ppo/ratio_dev": jnp.abs(ratio - 1.0).max(),
+        }
+        return total, aux
+
+    grad_fn = jax.grad(loss_fn, has_aux=True)
+
+    def update(params: Params, state: PPOState, batch: Batch, hp: HParams, key: jax.Array):
+        lr = anneal(config, hp.learning_rate, state.updates)
+        opt_state = set_learning_rate(state.opt_state, lr)
+        flat = flatten_batch(batch)
+        clip = optax.clip_by_global_norm(hp.max_grad_norm)
+
+        def minibatch_step(carry, mb):
+            params, opt_state = carry
+            grads, aux = grad_fn(params, mb, hp, state.kl_beta)
+            grads, _ = clip.update(grads, clip.init(params))
+            aux["grad_norm"] = optax.global_norm(grads)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state), aux
+
+        def epoch(carry, epoch_key):
+            mbs = minibatches(flat, epoch_key, config.num_minibatches)
+            return jax.lax.scan(minibatch_step, carry, mbs)
+
+        keys = jax.random.split(key, config.num_epochs)
+        (new_params, opt_state), aux = jax.lax.scan(epoch, (params, opt_state), keys)
+        metrics = {k: v.mean() for k, v in aux.items() if k != "ppo/ratio_dev"}
+        # The first minibatch of the first epoch sees the rollout policy: ratio must be 1.
+        metrics["ppo/first_ratio_dev"] = aux["ppo/ratio_dev"][0, 0]
+        metrics["ppo/first_clip_frac"] = aux["ppo/clip_frac"][0, 0]
+        metrics["ppo/learning_rate"] = lr
+
+        kl_beta = state.kl_beta
+        if config.penalty != "clip":
+            # Measured after the whole update: d = mean KL(pi_old || pi_new) on the batch.
+            new_logp = networks.policy(new_params.policy, flat.obs).log_prob(flat.action)
+            d = losses.kl_estimate(new_logp - flat.log_prob, "k3").mean()
+            if config.penalty == "kl_adaptive":
+                kl_beta = adapt_kl_beta(kl_beta, d, hp.kl_target)
+            metrics["ppo/kl_after_update"] = d
+            metrics["ppo/kl_beta"] = kl_beta
+        return new_params, PPOState(opt_state, state.updates + 1, kl_beta), metrics
+
+    return Algorithm(init, make_critic_batch(config, networks), update)
+
+
+def adapt_kl_beta(beta: jax.Array, kl: jax.Array, kl_target: jax.Array) -> jax.Array:
+    """PPO paper, sec. 4: halve beta if d < d_targ / 1.5, double it if d > 1.5 d_targ."""
+    beta = jnp.where(kl < kl_target / 1.5, beta / 2.0, beta)
+    return jnp.where(kl > kl_target * 1.5, beta * 2.0, beta)

@@ -1,0 +1,317 @@
+"""Static `Config` and vmappable `HParams`, and their loading from YAML and `key=value` overrides.
+
+`Config` holds everything that fixes a shape or a loop length; it is frozen and hashable,
+so it can close over a compiled function. `HParams` is a pytree of float scalars that can be
+traced, vmapped and swept. Both are validated by pydantic on the host, before anything is
+compiled or written; a `ConfigError` carries a one-line message naming the key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import flax.struct
+import jax.numpy as jnp
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from rlax_trpo.errors import ConfigError
+
+ALGORITHMS = ("ppo", "trpo", "npg", "vpg", "grpo")
+
+
+class HParamsModel(BaseModel):
+    """Validated float hyperparameters (the YAML `hp:` section)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    learning_rate: float = Field(2.5e-4, gt=0)
+    gamma: float = Field(0.99, ge=0, le=1)
+    gae_lambda: float = Field(0.95, ge=0, le=1)
+    clip_eps: float = Field(0.2, gt=0)
+    ent_coef: float = Field(0.01, ge=0)
+    vf_coef: float = Field(0.5, ge=0)
+    max_grad_norm: float = Field(0.5, gt=0)
+    value_clip_eps: float = Field(0.2, gt=0)
+    # Trust region (trpo / npg).
+    max_kl: float = Field(0.01, gt=0)
+    damping: float = Field(0.1, ge=0)
+    line_search_decay: float = Field(0.8, gt=0, lt=1)
+    kl_slack: float = Field(1.0, ge=1)
+    value_learning_rate: float = Field(1e-3, gt=0)
+    # KL penalties (ppo kl_fixed / kl_adaptive, grpo).
+    kl_beta: float = Field(1.0, ge=0)
+    kl_target: float = Field(0.01, gt=0)
+    # GRPO.
+    clip_eps_low: float = Field(0.2, gt=0)
+    clip_eps_high: float = Field(0.2, gt=0)
+    std_floor: float = Field(1e-6, gt=0)
+
+
+class ConfigModel(BaseModel):
+    """Validated static configuration (the YAML top level)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    algorithm: Literal["ppo", "trpo", "npg", "vpg", "grpo"] = "ppo"
+    env: str = "CartPole-v1"
+    num_envs: int = Field(4, gt=0)
+    num_steps: int = Field(128, gt=0)
+    total_env_steps: int = Field(500_000, gt=0)
+    # Update schedule.
+    num_epochs: int = Field(4, gt=0)
+    num_minibatches: int = Field(4, gt=0)
+    anneal_lr: bool = True
+    clip_value_loss: bool = False
+    optimizer: Literal["adam", "sgd"] = "adam"
+    adam_eps: float = Field(1e-5, gt=0)
+    # Advantage estimation.
+    advantage: Literal["gae", "mc", "nstep"] = "gae"
+    n_step: int = Field(5, gt=0)
+    normalize_advantages: bool = True
+    # Environment wrappers.
+    normalize_obs: bool = False
+    normalize_reward: bool = False
+    env_kwargs: dict[str, Any] = Field(default_factory=dict)
+    # Networks.
+    network: Literal["auto", "mlp", "cnn"] = "auto"
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    value_hidden_sizes: tuple[int, ...] | None = None
+    activation: Literal["tanh", "relu"] = "tanh"
+    # Trust region (trpo / npg) and critic fitting for critic-only updates.
+    cg_iters: int = Field(10, gt=0)
+    line_search_steps: int = Field(10, gt=0)
+    fisher_fraction: float = Field(1.0, gt=0, le=1)
+    value_epochs: int = Field(10, gt=0)
+    value_minibatches: int = Field(4, gt=0)
+    # PPO penalty form.
+    penalty: Literal["clip", "kl_fixed", "kl_adaptive"] = "clip"
+    # GRPO.
+    group_size: int = Field(8, gt=0)
+    group_advantage: Literal["grpo", "dr_grpo", "rloo"] = "grpo"
+    group_normalizer: Literal["mean", "sqrt"] = "mean"
+    std_ddof: int = Field(0, ge=0)
+    per_step_returns: bool = False
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    ref_refresh_every: int = Field(0, ge=0)
+    # Evaluation and logging.
+    eval_episodes: int = Field(10, gt=0)
+    hp: HParamsModel = Field(default_factory=HParamsModel)
+
+    @model_validator(mode="after")
+    def _check_sizes(self) -> ConfigModel:
+        batch = self.num_envs * self.num_steps
+        if batch % self.num_minibatches:
+            raise ValueError(
+                f"num_minibatches: {self.num_minibatches} does not divide the batch "
+                f"num_envs x num_steps = {batch}; use a divisor of {batch}"
+            )
+        if self.total_env_steps < batch:
+            raise ValueError(
+                f"total_env_steps: {self.total_env_steps} is less than one iteration "
+                f"(num_envs x num_steps = {batch})"
+            )
+        return self
+
+
+@flax.struct.dataclass
+class HParams:
+    """Traceable float hyperparameters; a pytree, so `jax.vmap` can sweep any of them."""
+
+    learning_rate: Any
+    gamma: Any
+    gae_lambda: Any
+    clip_eps: Any
+    ent_coef: Any
+    vf_coef: Any
+    max_grad_norm: Any
+    value_clip_eps: Any
+    max_kl: Any
+    damping: Any
+    line_search_decay: Any
+    kl_slack: Any
+    value_learning_rate: Any
+    kl_beta: Any
+    kl_target: Any
+    clip_eps_low: Any
+    clip_eps_high: Any
+    std_floor: Any
+
+    @classmethod
+    def create(cls, **overrides: float) -> HParams:
+        """HParams with defaults, validated, as float32 scalars."""
+        return _hparams_from_model(_validate(HParamsModel, overrides, prefix="hp."))
+
+    def replace(self, **updates: Any) -> HParams:  # noqa: D102 (documented by flax)
+        return flax.struct.dataclasses.replace(self, **updates)
+
+
+def _hparams_from_model(model: HParamsModel) -> HParams:
+    return HParams(**{k: jnp.float32(v) for k, v in model.model_dump().items()})
+
+
+class Config:
+    """Frozen, hashable static configuration. Build with `Config.create(**fields)` or `load_config`.
+
+    Attributes mirror the YAML keys (see `ConfigModel`); `hp` holds the *default*
+    hyperparameters of the file as an `HParams` (floats, passed to `train` separately).
+    """
+
+    __slots__ = ("_model",)
+
+    def __init__(self, model: ConfigModel):
+        object.__setattr__(self, "_model", model)
+
+    @classmethod
+    def create(cls, **fields: Any) -> Config:
+        return cls(_validate(ConfigModel, fields))
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "hp":
+            return _hparams_from_model(self._model.hp)
+        return getattr(self._model, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Config is frozen; use config.replace(...)")
+
+    def __hash__(self) -> int:
+        return hash(yaml.safe_dump(self.to_dict(), sort_keys=True))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Config) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items() if k != "hp")
+        return f"Config({fields})"
+
+    def replace(self, **updates: Any) -> Config:
+        """A new validated Config with some fields changed (dotted `hp.x` keys allowed)."""
+        return Config.create(**merge_overrides(self.to_dict(), updates))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain YAML-able dict (tuples become lists)."""
+        return _plain(self._model.model_dump())
+
+    # Derived sizes used throughout the library.
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_iterations(self) -> int:
+        return self.total_env_steps // self.batch_size
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.num_minibatches
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x
+
+
+def _validate(model_cls: type[BaseModel], data: dict[str, Any], prefix: str = "") -> Any:
+    try:
+        return model_cls.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_one_line(err, prefix)) from None
+
+
+def _one_line(err: ValidationError, prefix: str = "") -> str:
+    first = err.errors()[0]
+    key = prefix + ".".join(str(p) for p in first["loc"])
+    msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        parent = first["loc"][:-1]
+        allowed = _allowed_keys(parent)
+        return f"{key}: unknown key; allowed keys: {', '.join(allowed)}"
+    if msg.startswith(f"{first['loc'][-1]}:") if first["loc"] else False:
+        return msg  # model validators already name their key
+    if not first["loc"]:
+        return msg
+    got = first.get("input")
+    shown = "" if isinstance(got, dict) else f" (got {got!r})"
+    return f"{key}: {msg}{shown}"
+
+
+def _allowed_keys(parent: tuple) -> list[str]:
+    if parent == ("hp",):
+        return sorted(HParamsModel.model_fields)
+    return sorted(ConfigModel.model_fields)
+
+
+def merge_overrides(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Return a copy of `base` with dotted keys (`hp.learning_rate`) set to values."""
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
+    for dotted, value in overrides.items():
+        node = out
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """Parse `key=value` strings; values are read as YAML scalars/lists (`[64,64]`, `true`)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r}: expected key=value (e.g. hp.learning_rate=1e-3)")
+        try:
+            value = yaml.safe_load(text) if text else ""
+        except yaml.YAMLError:
+            value = text
+        if isinstance(value, str):
+            value = _maybe_number(value)
+        out[key.strip()] = value
+    return out
+
+
+def _maybe_number(text: str) -> Any:
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return int(value) if value.is_integer() and "e" not in text.lower() and "." not in text \
+        else value
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping; missing or malformed files raise a one-line ConfigError."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML{where}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys, not a "
+                          f"{type(data).__name__}")
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Config from a YAML file (or the defaults) plus `key=value` overrides, validated."""
+    raw = read_yaml(path) if path is not None else {}
+    raw = merge_overrides(raw, parse_overrides(overrides or []))
+    config = Config.create(**raw)
+    from rlax_trpo.envs import check_env_name  # host-only check, before any compilation
+
+    check_env_name(config.env)
+    return config

@@ -1,0 +1,104 @@
+"""Losses: policy gradient, clipped surrogate, KL estimators, entropy and value losses.
+
+All are pure functions of arrays that return scalars (means over the given elements) or
+per-element arrays, as documented. An optional `mask` weights elements (1 keeps, 0 drops).
+"""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+
+
+def masked_mean(x: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+    """Mean of x over elements where mask is 1 (all elements if mask is None)."""
+    if mask is None:
+        return x.mean()
+    mask = mask.astype(x.dtype)
+    return (x * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+
+
+def normalize(x: jax.Array, mask: jax.Array | None = None, eps: float = 1e-8) -> jax.Array:
+    """(x - mean) / (std + eps) over the (masked) elements."""
+    mean = masked_mean(x, mask)
+    std = jnp.sqrt(masked_mean((x - mean) ** 2, mask))
+    return (x - mean) / (std + eps)
+
+
+def policy_gradient_loss(
+    log_probs: jax.Array, advantages: jax.Array, mask: jax.Array | None = None
+) -> jax.Array:
+    """REINFORCE loss -mean(log pi(a|s) * A) (Williams 1992), advantages stop-gradiented."""
+    chex.assert_equal_shape([log_probs, advantages])
+    return -masked_mean(log_probs * jax.lax.stop_gradient(advantages), mask)
+
+
+def clipped_surrogate_loss(
+    ratios: jax.Array,
+    advantages: jax.Array,
+    clip_eps_low: jax.Array | float,
+    clip_eps_high: jax.Array | float | None = None,
+    mask: jax.Array | None = None,
+) -> jax.Array:
+    """PPO-clip loss -mean(min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)) (Schulman 2017, eq. 7).
+
+    `clip_eps_high` defaults to `clip_eps_low` (symmetric PPO); DAPO decouples them.
+    """
+    chex.assert_equal_shape([ratios, advantages])
+    high = clip_eps_low if clip_eps_high is None else clip_eps_high
+    advantages = jax.lax.stop_gradient(advantages)
+    clipped = jnp.clip(ratios, 1.0 - clip_eps_low, 1.0 + high)
+    return -masked_mean(jnp.minimum(ratios * advantages, clipped * advantages), mask)
+
+
+def clip_fractions(
+    ratios: jax.Array,
+    advantages: jax.Array,
+    clip_eps_low: jax.Array | float,
+    clip_eps_high: jax.Array | float | None = None,
+    mask: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """Fractions of elements where the low / high clip is active (its gradient is zero)."""
+    high = clip_eps_low if clip_eps_high is None else clip_eps_high
+    low_active = (ratios < 1.0 - clip_eps_low) & (advantages < 0)
+    high_active = (ratios > 1.0 + high) & (advantages > 0)
+    return masked_mean(low_active.astype(jnp.float32), mask), masked_mean(
+        high_active.astype(jnp.float32), mask
+    )
+
+
+def kl_estimate(log_ratio: jax.Array, kind: str = "k3") -> jax.Array:
+    """Per-sample estimators of KL(q || p) from x ~ q, with log_ratio = log p(x) - log q(x).
+
+    Schulman (2020), "Approximating KL divergence":
+      k1 = -log r                (unbiased, high variance, can be negative)
+      k2 = (log r)^2 / 2         (biased, low variance, >= 0)
+      k3 = (r - 1) - log r       (unbiased, >= 0)
+    For GRPO's KL(pi_theta || pi_ref), sampling pi_theta: log_ratio = log pi_ref - log pi_theta.
+    """
+    if kind == "k1":
+        return -log_ratio
+    if kind == "k2":
+        return 0.5 * log_ratio**2
+    if kind == "k3":
+        return jnp.expm1(log_ratio) - log_ratio
+    raise ValueError(f"unknown KL estimator {kind!r}; use k1, k2 or k3")
+
+
+def value_loss(
+    values: jax.Array,
+    targets: jax.Array,
+    old_values: jax.Array | None = None,
+    clip_eps: jax.Array | float | None = None,
+    mask: jax.Array | None = None,
+) -> jax.Array:
+    """0.5 * mean((V - R)^2); with `old_values` and `clip_eps`, the PPO clipped form
+    0.5 * mean(max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2)) (Huang et al. 2022)."""
+    chex.assert_equal_shape([values, targets])
+    targets = jax.lax.stop_gradient(targets)
+    loss = (values - targets) ** 2
+    if old_values is not None and clip_eps is not None:
+        clipped = old_values + jnp.clip(values - old_values, -clip_eps, clip_eps)
+        loss = jnp.maximum(loss, (clipped - targets) ** 2)
+    return 0.5 * masked_mean(loss, mask)

@@ -1,0 +1,141 @@
+"""Linen policy and value networks, separate, with orthogonal initialisation.
+
+`make_networks(config, spec)` returns `Networks(init, policy, value)`:
+  * `init(key) -> Params(policy, value)`
+  * `policy(policy_params, obs) -> distrax.Distribution` over actions for obs `[..., *obs_shape]`
+    (Categorical for discrete actions; diagonal Gaussian with a learned state-independent
+    log-std for continuous ones, Huang et al. 2022 detail 3 of the continuous list)
+  * `value(value_params, obs) -> [...]`
+Initialisation follows the PPO implementation details: orthogonal with gain sqrt(2) for
+hidden layers, 0.01 for the policy head and 1.0 for the value head, biases zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import distrax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlax_trpo.envs import EnvSpec
+from rlax_trpo.types import Params
+
+_ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
+
+
+def _dense(features: int, gain: float) -> nn.Dense:
+    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(gain),
+                    bias_init=nn.initializers.zeros)
+
+
+class Torso(nn.Module):
+    """MLP on flat observations, or a small CNN (MinAtar: 10x10xC images) then an MLP."""
+
+    hidden_sizes: Sequence[int]
+    activation: str = "tanh"
+    cnn: bool = False
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        act = _ACTIVATIONS[self.activation]
+        x = obs
+        if self.cnn:
+            x = nn.Conv(16, (3, 3), kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x)
+            x = nn.relu(x)
+            x = x.reshape(x.shape[:-3] + (-1,))
+        for size in self.hidden_sizes:
+            x = act(_dense(size, np.sqrt(2))(x))
+        return x
+
+
+class CategoricalPolicy(nn.Module):
+    num_actions: int
+    hidden_sizes: Sequence[int]
+    activation: str = "tanh"
+    cnn: bool = False
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        x = Torso(self.hidden_sizes, self.activation, self.cnn)(obs)
+        return _dense(self.num_actions, 0.01)(x)  # logits
+
+
+class GaussianPolicy(nn.Module):
+    action_dim: int
+    hidden_sizes: Sequence[int]
+    activation: str = "tanh"
+    cnn: bool = False
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        x = Torso(self.hidden_sizes, self.activation, self.cnn)(obs)
+        mean = _dense(self.action_dim, 0.01)(x)
+        log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
+        return mean, jnp.broadcast_to(log_std, mean.shape)
+
+
+class ValueNet(nn.Module):
+    hidden_sizes: Sequence[int]
+    activation: str = "tanh"
+    cnn: bool = False
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        x = Torso(self.hidden_sizes, self.activation, self.cnn)(obs)
+        return _dense(1, 1.0)(x)[..., 0]
+
+
+class Networks(NamedTuple):
+    init: Callable[[jax.Array], Params]
+    policy: Callable[[Any, jax.Array], distrax.Distribution]
+    value: Callable[[Any, jax.Array], jax.Array]
+    # The raw head (logits, or (mean, log_std)), for code that needs the parameters of the
+    # distribution rather than the distribution (e.g. Fisher matrices in closed form).
+    policy_head: Callable[[Any, jax.Array], Any]
+
+
+def uses_cnn(config: Any, spec: EnvSpec) -> bool:
+    if config.network == "auto":
+        return len(spec.obs_shape) == 3
+    return config.network == "cnn"
+
+
+def make_networks(config: Any, spec: EnvSpec, with_value: bool = True) -> Networks:
+    """Policy (and, if `with_value`, a separate critic) for the environment `spec`."""
+    cnn = uses_cnn(config, spec)
+    hidden = tuple(config.hidden_sizes)
+    value_hidden = tuple(config.value_hidden_sizes or hidden)
+    if spec.discrete:
+        policy_net = CategoricalPolicy(spec.num_actions, hidden, config.activation, cnn)
+        to_dist = lambda logits: distrax.Categorical(logits=logits)
+    else:
+        policy_net = GaussianPolicy(spec.num_actions, hidden, config.activation, cnn)
+        to_dist = lambda out: distrax.MultivariateNormalDiag(out[0], jnp.exp(out[1]))
+    value_net = ValueNet(value_hidden, config.activation, cnn)
+    dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
+
+    def init(key: jax.Array) -> Params:
+        k_pi, k_v = jax.random.split(key)
+        pi = policy_net.init(k_pi, dummy)
+        v = value_net.init(k_v, dummy) if with_value else None
+        return Params(pi, v)
+
+    def policy_head(params, obs):
+        return policy_net.apply(params, obs)
+
+    def policy(params, obs):
+        return to_dist(policy_net.apply(params, obs))
+
+    def value(params, obs):
+        return value_net.apply(params, obs)
+
+    return Networks(init, policy, value, policy_head)
+
+
+def greedy_action(dist: distrax.Distribution) -> jax.Array:
+    """The mode: argmax of a Categorical, the mean of a Gaussian."""
+    return dist.mode()

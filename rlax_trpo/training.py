@@ -1,0 +1,165 @@
+"""`make_train(config) -> train(key, hp)`: a whole run as one pure function.
+
+One iteration reads like the algorithm box of the papers:
+
+    rollout -> normalise -> make_batch -> update -> metrics
+
+and a run is a `lax.scan` of iterations. The pieces are also exposed separately
+(`Trainer.init`, `Trainer.run`) so a long run can be executed in chunks and resumed; running
+`run` twice for n iterations equals running it once for 2n (the carry holds everything).
+No function here calls `jax.jit`: call sites do, e.g. `jax.jit(jax.vmap(train, (0, None)))`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from rlax_trpo.algorithms import CRITIC_FREE, Algorithm, make_algorithm
+from rlax_trpo.config import Config, HParams
+from rlax_trpo.envs import Env, RunningMeanStd, discounted_return_trace, make_env
+from rlax_trpo.networks import Networks, make_networks, uses_cnn
+from rlax_trpo.rollout import collect, reset_envs
+from rlax_trpo.types import EpisodeStats, Metrics, TrainState
+
+ProgressFn = Callable[[jax.Array, jax.Array], None]
+
+
+class Trainer(NamedTuple):
+    """Everything `make_trainer` builds; all functions are pure and unjitted."""
+
+    init: Callable[[jax.Array, HParams], TrainState]
+    iteration: Callable[[TrainState, HParams], tuple[TrainState, Metrics]]
+    run: Callable[[TrainState, HParams, int], tuple[TrainState, Metrics]]
+    train: Callable[[jax.Array, HParams], tuple[TrainState, Metrics]]
+    env: Env
+    networks: Networks
+    algorithm: Algorithm
+    config: Config
+
+
+def make_trainer(config: Config, progress: ProgressFn | None = None) -> Trainer:
+    """Build env, networks and algorithm for `config` (host side, before any tracing).
+
+    Args:
+      config: the static configuration.
+      progress: optional host function `progress(iteration, latest_return)` called once per
+        iteration from inside the compiled run (`jax.debug.callback`; under `vmap` it is
+        called once per seed). This is the only host interaction inside the scan.
+    """
+    raw_env = make_env(config.env, config.env_kwargs, flatten=False)
+    env = make_env(config.env, config.env_kwargs, flatten=not uses_cnn(config, raw_env.spec))
+    networks = make_networks(config, env.spec, with_value=config.algorithm not in CRITIC_FREE)
+    algorithm = make_algorithm(config, networks)
+
+    def init(key: jax.Array, hp: HParams) -> TrainState:
+        k_params, k_env, k_run = jax.random.split(key, 3)
+        params = networks.init(k_params)
+        obs, env_state = reset_envs(env, k_env, config.num_envs)
+        zeros = jnp.zeros((config.num_envs,))
+        return TrainState(
+            params=params,
+            algo_state=algorithm.init(params, hp),
+            env_state=env_state,
+            obs=obs,
+            episode=EpisodeStats(zeros, jnp.zeros((config.num_envs,), jnp.int32)),
+            obs_stats=RunningMeanStd.create(env.spec.obs_shape),
+            return_stats=RunningMeanStd.create(),
+            return_acc=zeros,
+            key=k_run,
+            iteration=jnp.zeros((), jnp.int32),
+            last_return=jnp.full((), jnp.nan),
+            diverged_at=jnp.full((), -1, jnp.int32),
+        )
+
+    def observe(state: TrainState):
+        if config.normalize_obs:
+            return lambda obs: state.obs_stats.normalize(obs)
+        return lambda obs: obs
+
+    def iteration(state: TrainState, hp: HParams) -> tuple[TrainState, Metrics]:
+        key, k_rollout, k_update = jax.random.split(state.key, 3)
+        transform = observe(state)
+        ro = collect(env, networks, state.params.policy, state.env_state, state.obs,
+                     state.episode, k_rollout, config.num_steps, transform)
+        traj = ro.trajectory
+        obs_stats, return_stats, return_acc = state.obs_stats, state.return_stats, state.return_acc
+        if config.normalize_reward:
+            return_acc, returns = discounted_return_trace(return_acc, traj.reward, ro.done,
+                                                          hp.gamma)
+            return_stats = return_stats.update(returns.reshape(-1))
+            traj = traj._replace(reward=return_stats.scale(traj.reward))
+        # The learner sees exactly what the acting policy saw.
+        traj = traj._replace(obs=transform(traj.obs), final_obs=transform(traj.final_obs))
+        if config.normalize_obs:
+            obs_stats = obs_stats.update(ro.trajectory.obs.reshape((-1,) + env.spec.obs_shape))
+
+        batch = algorithm.make_batch(state.params, traj, hp)
+        params, algo_state, metrics = algorithm.update(
+            state.params, state.algo_state, batch, hp, k_update
+        )
+
+        # A non-finite update is not applied; the run keeps its last finite parameters and
+        # records where it diverged (the host reports it and stops).
+        finite = _all_finite(params)
+        keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
+        params = keep(params, state.params)
+        algo_state = keep(algo_state, state.algo_state)
+        diverged_at = jnp.where((state.diverged_at < 0) & ~finite, state.iteration,
+                                state.diverged_at)
+
+        count = ro.done.sum()
+        mean_return = ro.finished_return.sum() / jnp.maximum(count, 1)
+        last_return = jnp.where(count > 0, mean_return, state.last_return)
+        metrics = {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
+        metrics.update({
+            "episode/return": last_return,
+            "episode/count": count.astype(jnp.float32),
+            "episode/return_sum": ro.finished_return.sum(),
+            "episode/length": ro.finished_length.sum() / jnp.maximum(count, 1),
+            "train/reward": traj.reward.mean(),
+            "train/finite": finite.astype(jnp.float32),
+        })
+        if progress is not None:
+            jax.debug.callback(progress, state.iteration, last_return)
+        new_state = state.replace(
+            params=params,
+            algo_state=algo_state,
+            env_state=ro.env_state,
+            obs=ro.obs,
+            episode=ro.episode,
+            obs_stats=obs_stats,
+            return_stats=return_stats,
+            return_acc=return_acc,
+            key=key,
+            iteration=state.iteration + 1,
+            last_return=last_return,
+            diverged_at=diverged_at,
+        )
+        return new_state, metrics
+
+    def run(state: TrainState, hp: HParams, num_iterations: int):
+        return jax.lax.scan(lambda s, _: iteration(s, hp), state, None, length=num_iterations)
+
+    def train(key: jax.Array, hp: HParams):
+        return run(init(key, hp), hp, config.num_iterations)
+
+    return Trainer(init, iteration, run, train, env, networks, algorithm, config)
+
+
+def make_train(config: Config, progress: ProgressFn | None = None):
+    """The pure function `train(key, hp) -> (TrainState, metrics)` of a whole run.
+
+    `metrics` maps each name to an array `[num_iterations]` (one value per iteration).
+    Vmap over keys for seeds and over `hp` leaves for hyperparameters.
+    """
+    return make_trainer(config, progress).train
+
+
+def _all_finite(tree) -> jax.Array:
+    leaves = [jnp.isfinite(x).all() for x in jax.tree.leaves(tree)
+              if jnp.issubdtype(x.dtype, jnp.floating)]
+    return jnp.stack(leaves).all() if leaves else jnp.asarray(True)

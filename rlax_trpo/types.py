@@ -1,0 +1,69 @@
+"""Records that flow between the rooms: NamedTuples for data, a struct dataclass for the carry."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import flax.struct
+import jax
+
+Metrics = dict[str, jax.Array]
+
+
+class Params(NamedTuple):
+    """Policy and critic parameters; `value` is None where there is no critic (GRPO)."""
+
+    policy: Any
+    value: Any
+
+
+class Trajectory(NamedTuple):
+    """A time-major rollout, every leaf `[T, B, ...]`.
+
+    `final_obs[t]` is the observation reached by step t before any automatic reset, so
+    `V(final_obs[t])` bootstraps truncated steps and the rollout end.
+    """
+
+    obs: jax.Array
+    action: jax.Array
+    log_prob: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    final_obs: jax.Array
+
+
+class Batch(NamedTuple):
+    """What an update consumes, flattened or not: `[T, B, ...]` or `[N, ...]`."""
+
+    obs: jax.Array
+    action: jax.Array
+    log_prob: jax.Array
+    advantage: jax.Array
+    target: jax.Array  # value target (returns); zeros where there is no critic
+    value: jax.Array  # V(obs) at collection time (for value clipping)
+
+
+class EpisodeStats(NamedTuple):
+    """Per-env running episode return and length, `[B]` each."""
+
+    episode_return: jax.Array
+    episode_length: jax.Array
+
+
+@flax.struct.dataclass
+class TrainState:
+    """The carry of the training scan (everything a resumed run needs)."""
+
+    params: Params
+    algo_state: Any
+    env_state: Any
+    obs: jax.Array  # [B, *obs_shape] raw observations
+    episode: EpisodeStats
+    obs_stats: Any  # RunningMeanStd of observations
+    return_stats: Any  # RunningMeanStd of discounted returns (reward scaling)
+    return_acc: jax.Array  # [B] running discounted return for reward scaling
+    key: jax.Array
+    iteration: jax.Array
+    last_return: jax.Array  # latest mean finished-episode return (carried when none finish)
+    diverged_at: jax.Array  # -1, or the first iteration whose update was non-finite
