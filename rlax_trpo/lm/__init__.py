@@ -1,0 +1,48 @@
+"""GRPO for question-answer language models, the whole iteration compiled.
+
+A tiny decoder-only transformer (`model`), a KV-cache sampler in `lax.scan` (`sampling`),
+tasks with verifiable rewards (`tasks`), a supervised warm start (`sft`), the GRPO iteration
+(`grpo`), configuration (`config`) and the host driver that writes a run folder (`run`).
+"""
+
+from rlax_trpo.lm.grpo import (
+    GRPO,
+    Batch,
+    GRPOConfig,
+    GRPOState,
+    HParams,
+    aggregate_loss,
+    clipped_token_objective,
+    kl_estimate,
+    make_grpo,
+)
+from rlax_trpo.lm.model import KVCache, ModelConfig, Transformer, init_cache, init_params
+from rlax_trpo.lm.sampling import Completion, completion_logits, sample, token_logprobs
+from rlax_trpo.lm.tasks import Task, add_task, make_task, max_digit_task, score, sort_task
+
+__all__ = [
+    "GRPO",
+    "Batch",
+    "Completion",
+    "GRPOConfig",
+    "GRPOState",
+    "HParams",
+    "KVCache",
+    "ModelConfig",
+    "Task",
+    "Transformer",
+    "add_task",
+    "aggregate_loss",
+    "clipped_token_objective",
+    "completion_logits",
+    "init_cache",
+    "init_params",
+    "kl_estimate",
+    "make_grpo",
+    "make_task",
+    "max_digit_task",
+    "sample",
+    "score",
+    "sort_task",
+    "token_logprobs",
+]

@@ -1,0 +1,375 @@
+"""GRPO for question-answer language models: the whole iteration in one traceable function.
+
+    prompts -> G completions each (KV-cache sampler) -> verifiable rewards
+      -> group-relative advantages -> mu epochs x minibatches of the token-level clipped loss
+      with a KL penalty to the reference policy -> (optional) reference refresh.
+
+Shao et al. 2024 (DeepSeekMath), eq. 3 with outcome supervision; loss aggregation choices from
+DAPO (Yu et al. 2025, token mean, decoupled clip) and Dr. GRPO (Liu et al. 2025, no std,
+constant normaliser). Library code never jits: call sites wrap `GRPO.iteration` in `jax.jit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import chex
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from rlax_trpo.advantages import group_relative_advantages
+from rlax_trpo.lm.model import ModelConfig, Transformer
+from rlax_trpo.lm.sampling import Completion, completion_logits, sample, token_logprobs
+from rlax_trpo.lm.tasks import EOS, Task, sample_train, score
+
+LOSS_AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "constant")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+
+
+class GRPOConfig(NamedTuple):
+    """Static settings: everything that fixes shapes or loop lengths.
+
+    Attributes:
+      num_prompts: N prompts per iteration.
+      group_size: G completions per prompt (batch B = N * G sequences).
+      max_new_tokens: C, the completion budget.
+      num_epochs: mu, passes over the batch per iteration.
+      num_minibatches: minibatches per epoch (must divide B).
+      loss_agg: "seq_mean_token_mean" (original GRPO), "token_mean" (DAPO), "constant" (Dr. GRPO).
+      scale_rewards: divide the centred rewards by the group std (False: Dr. GRPO).
+      std_ddof: 0 for the population std (EasyDeL, MaxText), 1 for n-1 (TRL, Tunix).
+      mask_zero_std: drop groups whose rewards are all equal from the loss and its denominator.
+      kl_estimator: "k1", "k2" or "k3" estimate of KL(pi_theta || pi_ref) per token.
+      ref_refresh_every: copy the policy into the reference every K iterations (0: never).
+    """
+
+    num_prompts: int = 32
+    group_size: int = 8
+    max_new_tokens: int = 2
+    num_epochs: int = 1
+    num_minibatches: int = 1
+    loss_agg: str = "seq_mean_token_mean"
+    scale_rewards: bool = True
+    std_ddof: int = 0
+    mask_zero_std: bool = False
+    kl_estimator: str = "k3"
+    ref_refresh_every: int = 0
+
+
+class HParams(NamedTuple):
+    """Traceable float hyperparameters (a pytree: can be vmapped)."""
+
+    learning_rate: float | jax.Array = 1e-3
+    clip_eps_low: float | jax.Array = 0.2
+    clip_eps_high: float | jax.Array = 0.2
+    kl_beta: float | jax.Array = 0.04
+    temperature: float | jax.Array = 1.0
+    partial_credit: float | jax.Array = 0.0
+    max_grad_norm: float | jax.Array = 1.0
+    std_floor: float | jax.Array = 1e-3
+    adam_eps: float | jax.Array = 1e-8
+    warm_start_learning_rate: float | jax.Array = 1e-3
+
+
+class Rollout(NamedTuple):
+    """`B = N * G` sampled sequences (group members adjacent) and their rewards."""
+
+    prompts: jax.Array  # [B, P]
+    targets: jax.Array  # [B, A + 1]
+    completion: Completion  # [B, C] fields
+    rewards: jax.Array  # [B]
+    exact: jax.Array  # [B] bool
+
+
+class Batch(NamedTuple):
+    """What the loss needs, per sequence `[B]` or per token `[B, C]`."""
+
+    prompts: jax.Array  # [B, P]
+    tokens: jax.Array  # [B, C]
+    mask: jax.Array  # [B, C] 1 on generated tokens
+    advantages: jax.Array  # [B] one advantage for every token of a sequence
+    seq_weight: jax.Array  # [B] 0 for sequences dropped by zero-variance masking, else 1
+    old_logprobs: jax.Array  # [B, C] pi_old, recomputed by a full forward pass
+    ref_logprobs: jax.Array  # [B, C] pi_ref
+
+
+@flax.struct.dataclass
+class GRPOState:
+    """Scan carry of the GRPO loop."""
+
+    params: dict
+    ref_params: dict
+    opt_state: optax.OptState
+    key: jax.Array
+    step: jax.Array
+
+
+class GRPO(NamedTuple):
+    """The algorithm as pure functions (call sites jit them)."""
+
+    init: Callable[[jax.Array, dict, HParams], GRPOState]
+    iteration: Callable[[GRPOState, HParams], tuple[GRPOState, dict]]
+    evaluate: Callable[[dict, jax.Array, jax.Array, jax.Array], dict]
+
+
+# ----------------------------------------------------------------------------- maths
+
+
+def kl_estimate(logp: jax.Array, ref_logp: jax.Array, estimator: str = "k3") -> jax.Array:
+    """Per-token estimate of KL(pi_theta || pi_ref) from tokens sampled by pi_theta.
+
+    With log rho = log pi_ref - log pi_theta (Schulman 2020, "Approximating KL divergence"):
+        k1 = -log rho,   k2 = (log rho)^2 / 2,   k3 = rho - 1 - log rho  (>= 0, unbiased).
+
+    Args:
+      logp, ref_logp: `[B, C]` log-probabilities of the sampled tokens.
+    """
+    chex.assert_equal_shape([logp, ref_logp])
+    log_rho = ref_logp - logp
+    if estimator == "k1":
+        return -log_rho
+    if estimator == "k2":
+        return 0.5 * log_rho**2
+    if estimator == "k3":
+        return jnp.expm1(log_rho) - log_rho
+    raise ValueError(f"unknown kl_estimator {estimator!r}; use k1, k2, k3")
+
+
+def clipped_token_objective(
+    logp: jax.Array,
+    old_logp: jax.Array,
+    advantages: jax.Array,
+    eps_low: float | jax.Array,
+    eps_high: float | jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+    """Per-token clipped surrogate with decoupled clip range (DAPO's clip-higher).
+
+        r_t = pi_theta(o_t) / pi_old(o_t)
+        J_t = min(r_t A, clip(r_t, 1 - eps_low, 1 + eps_high) A)
+
+    Args:
+      logp, old_logp: `[B, C]`; advantages: `[B, C]` (a sequence's advantage on every token).
+
+    Returns:
+      (J `[B, C]`, ratio `[B, C]`).
+    """
+    chex.assert_equal_shape([logp, old_logp, advantages])
+    ratio = jnp.exp(logp - old_logp)
+    clipped = jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    return jnp.minimum(ratio * advantages, clipped * advantages), ratio
+
+
+def aggregate_loss(
+    per_token: jax.Array, mask: jax.Array, seq_weight: jax.Array, kind: str, max_len: int
+) -> jax.Array:
+    """Reduce a per-token loss `[B, C]` to a scalar, ignoring padding (mask 0) exactly.
+
+    With m_it = mask_it, w_i = seq_weight_i, |o_i| = sum_t m_it:
+      * seq_mean_token_mean (GRPO):  sum_i w_i (sum_t m_it l_it / |o_i|) / sum_i w_i
+      * token_mean (DAPO):            sum_i w_i sum_t m_it l_it / sum_i w_i |o_i|
+      * constant (Dr. GRPO):          sum_i w_i sum_t m_it l_it / (sum_i w_i * max_len)
+    The first weights a token by 1 / |o_i| (short sequences count more per token); the others
+    weight every token alike.
+    """
+    chex.assert_equal_shape([per_token, mask])
+    chex.assert_shape(seq_weight, per_token.shape[:1])
+    masked = jnp.where(mask > 0, per_token, 0.0)  # where, not *: padding may hold inf/nan
+    seq_sum = masked.sum(axis=1)
+    num_seqs = jnp.maximum(seq_weight.sum(), 1e-8)
+    if kind == "seq_mean_token_mean":
+        per_seq = seq_sum / jnp.maximum(mask.sum(axis=1), 1.0)
+        return jnp.sum(seq_weight * per_seq) / num_seqs
+    if kind == "token_mean":
+        return jnp.sum(seq_weight * seq_sum) / jnp.maximum(jnp.sum(seq_weight * mask.sum(1)), 1.0)
+    if kind == "constant":
+        return jnp.sum(seq_weight * seq_sum) / (num_seqs * max_len)
+    raise ValueError(f"unknown loss_agg {kind!r}; use one of {LOSS_AGGREGATIONS}")
+
+
+def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
+    """sum(mask * x) / sum(mask), with padding excluded by `where`."""
+    return jnp.sum(jnp.where(mask > 0, x, 0.0)) / jnp.maximum(mask.sum(), 1.0)
+
+
+# ----------------------------------------------------------------------------- algorithm
+
+
+def make_optimizer() -> optax.GradientTransformation:
+    """Adam after global-norm clipping, its hyperparameters injected (traceable, vmappable)."""
+
+    def factory(learning_rate, max_grad_norm, adam_eps):
+        return optax.chain(
+            optax.clip_by_global_norm(max_grad_norm), optax.adam(learning_rate, eps=adam_eps)
+        )
+
+    return optax.inject_hyperparams(factory)(learning_rate=1e-3, max_grad_norm=1.0, adam_eps=1e-8)
+
+
+def set_hyperparams(opt_state, **values):
+    """Overwrite injected hyperparameters with the (traced) values of this call."""
+    hyper = dict(opt_state.hyperparams)
+    for name, value in values.items():
+        hyper[name] = jnp.asarray(value, jnp.asarray(hyper[name]).dtype)
+    return opt_state._replace(hyperparams=hyper)
+
+
+def grpo_loss(
+    params, batch: Batch, hp: HParams, cfg: GRPOConfig, apply_fn
+) -> tuple[jax.Array, dict]:
+    """Token-level clipped GRPO loss with a KL penalty, aggregated by `cfg.loss_agg`.
+
+    l_t = -min(r_t A, clip(r_t, 1 - eps_low, 1 + eps_high) A) + beta * KL_t(pi_theta || pi_ref)
+    """
+    logits = completion_logits(apply_fn, params, batch.prompts, batch.tokens)
+    logp, _ = token_logprobs(logits, batch.tokens, hp.temperature)
+    adv = jnp.broadcast_to(batch.advantages[:, None], logp.shape)
+    objective, ratio = clipped_token_objective(
+        logp, batch.old_logprobs, adv, hp.clip_eps_low, hp.clip_eps_high
+    )
+    kl = kl_estimate(logp, batch.ref_logprobs, cfg.kl_estimator)
+    per_token = -objective + hp.kl_beta * kl
+    loss = aggregate_loss(per_token, batch.mask, batch.seq_weight, cfg.loss_agg, cfg.max_new_tokens)
+    mask = batch.mask
+    aux = {
+        "grpo/clip_frac_low": masked_mean((adv < 0) & (ratio < 1.0 - hp.clip_eps_low), mask),
+        "grpo/clip_frac_high": masked_mean((adv > 0) & (ratio > 1.0 + hp.clip_eps_high), mask),
+        "grpo/ratio_mean": masked_mean(ratio, mask),
+        "policy/approx_kl_old": masked_mean(kl_estimate(logp, batch.old_logprobs, "k3"), mask),
+        "policy/kl_ref": masked_mean(kl, mask),
+    }
+    return loss, aux
+
+
+def make_grpo(model_config: ModelConfig, task: Task, cfg: GRPOConfig) -> GRPO:
+    """Build the GRPO iteration for `task` with a `Transformer(model_config)` policy."""
+    model = Transformer(model_config)
+    apply_fn = model.apply
+    optimizer = make_optimizer()
+    batch_size = cfg.num_prompts * cfg.group_size
+    if batch_size % cfg.num_minibatches:
+        raise ValueError(f"num_prompts*group_size={batch_size} not divisible by num_minibatches")
+    if cfg.max_new_tokens < task.answer_len + 1:
+        raise ValueError(f"max_new_tokens must be >= {task.answer_len + 1} for {task.name}")
+
+    def init(key: jax.Array, params, hp: HParams) -> GRPOState:
+        opt_state = set_hyperparams(
+            optimizer.init(params),
+            learning_rate=hp.learning_rate,
+            max_grad_norm=hp.max_grad_norm,
+            adam_eps=hp.adam_eps,
+        )
+        return GRPOState(params, params, opt_state, key, jnp.zeros((), jnp.int32))
+
+    def collect(params, key, hp: HParams) -> Rollout:
+        """N prompts from the training split, G completions each, scored."""
+        k_prompt, k_sample = jax.random.split(key)
+        prompts, targets = sample_train(task, k_prompt, cfg.num_prompts)
+        prompts = jnp.repeat(prompts, cfg.group_size, axis=0)  # group members adjacent
+        targets = jnp.repeat(targets, cfg.group_size, axis=0)
+        completion = sample(
+            apply_fn, params, model_config, prompts, k_sample, cfg.max_new_tokens, hp.temperature
+        )
+        rewards, exact = score(completion.tokens, targets, hp.partial_credit)
+        return Rollout(prompts, targets, completion, rewards, exact)
+
+    def make_batch(params, ref_params, rollout: Rollout, hp: HParams) -> tuple[Batch, dict]:
+        """Group advantages, zero-variance weights, and pi_old / pi_ref log-probs."""
+        rewards = rollout.rewards.reshape(cfg.num_prompts, cfg.group_size)
+        kind = "grpo" if cfg.scale_rewards else "dr_grpo"
+        adv, nonzero = group_relative_advantages(rewards, kind, cfg.std_ddof, hp.std_floor)
+        seq_weight = jnp.ones_like(adv)
+        if cfg.mask_zero_std:
+            seq_weight = jnp.broadcast_to(nonzero[:, None], adv.shape).astype(jnp.float32)
+        c = rollout.completion
+        old_logits = completion_logits(apply_fn, params, rollout.prompts, c.tokens)
+        old_logp, entropy = token_logprobs(old_logits, c.tokens, hp.temperature)
+        ref_logits = completion_logits(apply_fn, ref_params, rollout.prompts, c.tokens)
+        ref_logp, _ = token_logprobs(ref_logits, c.tokens, hp.temperature)
+        batch = Batch(
+            rollout.prompts,
+            c.tokens,
+            c.mask,
+            adv.reshape(-1),
+            seq_weight.reshape(-1),
+            jax.lax.stop_gradient(old_logp),
+            jax.lax.stop_gradient(ref_logp),
+        )
+        metrics = {
+            "grpo/zero_std_frac": 1.0 - nonzero.mean(),
+            "grpo/adv_mean": adv.mean(),
+            "grpo/adv_std": adv.std(),
+            "grpo/adv_abs_max": jnp.abs(adv).max(),
+            "policy/entropy": masked_mean(entropy, c.mask),
+            "policy/sample_logprob_gap": masked_mean(jnp.abs(old_logp - c.logprobs), c.mask),
+        }
+        return batch, metrics
+
+    def update(params, opt_state, batch: Batch, hp: HParams, key) -> tuple:
+        """mu epochs x minibatches of Adam steps on the GRPO loss."""
+        opt_state = set_hyperparams(
+            opt_state,
+            learning_rate=hp.learning_rate,
+            max_grad_norm=hp.max_grad_norm,
+            adam_eps=hp.adam_eps,
+        )
+        grad_fn = jax.value_and_grad(grpo_loss, has_aux=True)
+
+        def minibatch_step(carry, mb: Batch):
+            params, opt_state = carry
+            (loss, aux), grads = grad_fn(params, mb, hp, cfg, apply_fn)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            params = optax.apply_updates(params, updates)
+            aux = {**aux, "loss/total": loss, "loss/grad_norm": optax.global_norm(grads)}
+            return (params, opt_state), aux
+
+        def epoch(carry, epoch_key):
+            perm = jax.random.permutation(epoch_key, batch_size)
+            shuffled = jax.tree.map(
+                lambda x: x[perm].reshape((cfg.num_minibatches, -1) + x.shape[1:]), batch
+            )
+            return jax.lax.scan(minibatch_step, carry, shuffled)
+
+        keys = jax.random.split(key, cfg.num_epochs)
+        (params, opt_state), aux = jax.lax.scan(epoch, (params, opt_state), keys)
+        metrics = jax.tree.map(jnp.mean, aux)  # [epochs, minibatches] -> scalar
+        metrics["grpo/ratio_first"] = aux["grpo/ratio_mean"][0, 0]
+        return params, opt_state, metrics
+
+    def iteration(state: GRPOState, hp: HParams) -> tuple[GRPOState, dict]:
+        """One GRPO iteration: collect -> make_batch -> update -> (reference refresh)."""
+        key, k_collect, k_update = jax.random.split(state.key, 3)
+        rollout = collect(state.params, k_collect, hp)
+        batch, batch_metrics = make_batch(state.params, state.ref_params, rollout, hp)
+        params, opt_state, update_metrics = update(
+            state.params, state.opt_state, batch, hp, k_update
+        )
+        step = state.step + 1
+        ref_params = state.ref_params
+        if cfg.ref_refresh_every > 0:
+            refresh = step % cfg.ref_refresh_every == 0
+            ref_params = jax.tree.map(lambda p, r: jnp.where(refresh, p, r), params, ref_params)
+        c = rollout.completion
+        metrics = {
+            "reward/mean": rollout.rewards.mean(),
+            "accuracy/sample": rollout.exact.mean(),
+            "completion/length_mean": c.lengths.mean(),
+            "completion/length_max": c.lengths.max(),
+            "completion/eos_frac": (c.tokens == EOS).any(axis=1).mean(),
+            **batch_metrics,
+            **update_metrics,
+        }
+        metrics = {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
+        return GRPOState(params, ref_params, opt_state, key, step), metrics
+
+    def evaluate(params, prompts: jax.Array, targets: jax.Array, key: jax.Array) -> dict:
+        """Greedy completions of `prompts`: exact-match accuracy, mean length, the tokens."""
+        c = sample(
+            apply_fn, params, model_config, prompts, key, cfg.max_new_tokens, 1.0, greedy=True
+        )
+        _, exact = score(c.tokens, targets, 0.0)
+        return {"accuracy": exact.mean(), "length_mean": c.lengths.mean(), "tokens": c.tokens}
+
+    return GRPO(init, iteration, evaluate)

@@ -1,0 +1,56 @@
+"""Supervised warm start on task-generated (prompt, answer) pairs; its result is pi_ref.
+
+Teacher-forced cross-entropy on the target tokens (answer and EOS; PAD after EOS excluded):
+
+    L = - sum_{i,t} m_it log pi(y_it | prompt_i, y_i,<t) / sum_{i,t} m_it
+"""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+
+from rlax_trpo.lm.grpo import HParams, make_optimizer, masked_mean, set_hyperparams
+from rlax_trpo.lm.model import ModelConfig, Transformer
+from rlax_trpo.lm.sampling import completion_logits, token_logprobs
+from rlax_trpo.lm.tasks import PAD, Task, sample_train
+
+
+def sft_loss(params, apply_fn, prompts: jax.Array, targets: jax.Array) -> jax.Array:
+    """Masked token-mean negative log-likelihood of `targets [B, A+1]` after `prompts [B, P]`."""
+    chex.assert_rank([prompts, targets], 2)
+    logits = completion_logits(apply_fn, params, prompts, targets)
+    logp, _ = token_logprobs(logits, targets, 1.0)
+    return -masked_mean(logp, (targets != PAD).astype(jnp.float32))
+
+
+def warm_start(
+    model_config: ModelConfig,
+    task: Task,
+    params,
+    key: jax.Array,
+    hp: HParams,
+    num_steps: int,
+    batch_size: int,
+):
+    """`num_steps` Adam steps of supervised learning; returns (params, losses `[num_steps]`)."""
+    apply_fn = Transformer(model_config).apply
+    optimizer = make_optimizer()
+    opt_state = set_hyperparams(
+        optimizer.init(params),
+        learning_rate=hp.warm_start_learning_rate,
+        max_grad_norm=hp.max_grad_norm,
+        adam_eps=hp.adam_eps,
+    )
+
+    def step(carry, step_key):
+        params, opt_state = carry
+        prompts, targets = sample_train(task, step_key, batch_size)
+        loss, grads = jax.value_and_grad(sft_loss)(params, apply_fn, prompts, targets)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), loss
+
+    (params, _), losses = jax.lax.scan(step, (params, opt_state), jax.random.split(key, num_steps))
+    return params, losses
