@@ -178,3 +178,82 @@ def group_relative_advantages(
         raise ValueError(f"unknown group advantage kind {kind!r}; use grpo, dr_grpo, rloo")
     adv = jnp.where(nonzero[:, None], adv, 0.0)
     return adv, nonzero
+
+
+def group_normalizer(group_size: int, kind: str = "mean") -> float:
+    """The divisor of a group's summed loss: G ("mean", GRPO) or sqrt(G) ("sqrt").
+
+    The seed note proposes dividing the group sum by sqrt(G) instead of G; it rescales the
+    gradient by sqrt(G) (a learning-rate change under SGD, nearly a no-op under Adam).
+    """
+    if kind == "mean":
+        return float(group_size)
+    if kind == "sqrt":
+        return float(group_size) ** 0.5
+    raise ValueError(f"unknown group normalizer {kind!r}; use mean or sqrt")
+
+
+def group_sum(x: jax.Array, kind: str = "mean") -> jax.Array:
+    """Per-group aggregate sum_i x_i / c(G) of `x` `[N, G]` -> `[N]`, c from `group_normalizer`."""
+    chex.assert_rank(x, 2)
+    return x.sum(axis=1) / group_normalizer(x.shape[1], kind)
+
+
+def first_episode_mask(terminated: jax.Array, truncated: jax.Array) -> jax.Array:
+    """1 on the steps of each column's first episode (its end step included), else 0.
+
+        alive_t = prod_{s < t} (1 - done_s),   done = terminated | truncated,   `[T, B]`.
+
+    Steps after the first end belong to an auto-reset continuation and are masked out.
+    """
+    chex.assert_equal_shape([terminated, truncated])
+    done = jnp.logical_or(terminated, truncated).astype(jnp.float32)
+    ended_before = jnp.cumsum(done, axis=0) - done
+    return (ended_before == 0).astype(jnp.float32)
+
+
+def discounted_returns_to_go(
+    rewards: jax.Array, mask: jax.Array, gamma: jax.Array | float
+) -> jax.Array:
+    """G_t = sum_{k >= t} gamma^{k-t} mask_k r_k over a masked first episode, `[T, B]`.
+
+    With `mask` from `first_episode_mask`, G_t is the (discounted) return-to-go of the first
+    episode, 0 after it ends; gamma = 1 gives G_0 = the episodic return.
+    """
+    chex.assert_equal_shape([rewards, mask])
+
+    def backward(carry, xs):
+        r, m = xs
+        g = m * (r + gamma * carry)
+        return g, g
+
+    _, returns = jax.lax.scan(backward, jnp.zeros_like(rewards[0]), (rewards, mask), reverse=True)
+    return returns
+
+
+def grouped_step_advantages(
+    returns_to_go: jax.Array,
+    mask: jax.Array,
+    group_size: int,
+    kind: str = "grpo",
+    ddof: int = 0,
+    std_floor: float | jax.Array = 1e-6,
+) -> tuple[jax.Array, jax.Array]:
+    """Per-step group-relative advantages for grouped rollouts, `[T, N*G]` -> `[T, N*G]`.
+
+    The G members of a group start from one state and are time-aligned, so at each step t the
+    group's returns-to-go G_t^{(1..G)} (0 for members whose episode has ended) form a group:
+        A_t^{(i)} = group_relative(G_t^{(1..G)})_i            (`group_relative_advantages`)
+    Columns are laid out group-major (column b belongs to group b // G).
+
+    Returns:
+      (advantages `[T, N*G]`, nonzero `[T, N]`), advantages masked by `mask`.
+    """
+    chex.assert_equal_shape([returns_to_go, mask])
+    T, B = returns_to_go.shape
+    if B % group_size:
+        raise ValueError(f"num_envs {B} is not a multiple of group_size {group_size}")
+    adv, nonzero = group_relative_advantages(
+        returns_to_go.reshape(T * (B // group_size), group_size), kind, ddof, std_floor
+    )
+    return adv.reshape(T, B) * mask, nonzero.reshape(T, B // group_size)

@@ -83,7 +83,8 @@ def make_trainer(config: Config, progress: ProgressFn | None = None) -> Trainer:
     def iteration(state: TrainState, hp: HParams) -> tuple[TrainState, Metrics]:
         key, k_rollout, k_update = jax.random.split(state.key, 3)
         transform = observe(state)
-        ro = collect(env, networks, state.params.policy, state.env_state, state.obs,
+        rollout = algorithm.collect if algorithm.collect is not None else collect
+        ro = rollout(env, networks, state.params.policy, state.env_state, state.obs,
                      state.episode, k_rollout, config.num_steps, transform)
         traj = ro.trajectory
         obs_stats, return_stats, return_acc = state.obs_stats, state.return_stats, state.return_acc

@@ -26,6 +26,9 @@ class Algorithm(NamedTuple):
     init: Callable[[Params, HParams], Any]
     make_batch: Callable[[Params, Trajectory, HParams], Batch]
     update: Callable[[Params, Any, Batch, HParams, jax.Array], tuple[Params, Any, Metrics]]
+    # Optional rollout with `rollout.collect`'s signature (e.g. GRPO's grouped collection);
+    # None means the standard continuing rollout.
+    collect: Callable[..., Any] | None = None
 
 
 def estimate_advantages(

@@ -1,0 +1,81 @@
+"""Grouped rollouts for GRPO in control: G episodes from exact copies of one start state.
+
+A gymnax state is a pytree, so copying it is `jnp.repeat` on every leaf. Each iteration draws
+N fresh start states, copies each G times (columns laid out group-major: column b belongs to
+group `b // G`), and runs the policy for `num_steps` (the horizon). Only each column's first
+episode counts: the steps after its first end (terminated or truncated) come from gymnax's
+automatic reset and are masked out, and only the first episode's return is reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from rlax_trpo.advantages import first_episode_mask
+from rlax_trpo.envs import Env
+from rlax_trpo.networks import Networks
+from rlax_trpo.rollout import RolloutResult, collect
+from rlax_trpo.types import EpisodeStats
+
+
+def group_ids(num_groups: int, group_size: int) -> jax.Array:
+    """`[N * G]` int32 group index of each column: `[0]*G + [1]*G + ... + [N-1]*G`."""
+    return jnp.repeat(jnp.arange(num_groups, dtype=jnp.int32), group_size)
+
+
+def grouped_reset(
+    env: Env, key: jax.Array, num_groups: int, group_size: int
+) -> tuple[jax.Array, Any]:
+    """N start states, each copied G times: observations `[N*G, ...]` and states `[N*G, ...]`.
+
+    Columns `n*G .. n*G + G - 1` hold bit-identical copies of start state n.
+    """
+    obs, state = jax.vmap(env.reset)(jax.random.split(key, num_groups))
+    copy = lambda x: jnp.repeat(x, group_size, axis=0)
+    return copy(obs), jax.tree.map(copy, state)
+
+
+def make_grouped_collect(group_size: int) -> Callable[..., RolloutResult]:
+    """A rollout function with `rollout.collect`'s signature that collects grouped episodes.
+
+    The carried `env_state`, `obs` and `episode` are ignored on input (every iteration starts
+    from fresh grouped start states); the returned `done`, `finished_return` and
+    `finished_length` mark only each column's first episode end, so the training loop's
+    episode metrics count exactly the grouped episodes that finished within the horizon.
+    """
+
+    def grouped_collect(
+        env: Env,
+        networks: Networks,
+        policy_params: Any,
+        env_state: Any,
+        obs: jax.Array,
+        episode: EpisodeStats,
+        key: jax.Array,
+        num_steps: int,
+        obs_transform: Callable[[jax.Array], jax.Array] = lambda o: o,
+    ) -> RolloutResult:
+        num_envs = obs.shape[0]
+        if num_envs % group_size:
+            raise ValueError(f"num_envs {num_envs} is not a multiple of group_size {group_size}")
+        k_reset, k_run = jax.random.split(key)
+        obs, env_state = grouped_reset(env, k_reset, num_envs // group_size, group_size)
+        fresh = EpisodeStats(jnp.zeros((num_envs,)), jnp.zeros((num_envs,), jnp.int32))
+        ro = collect(
+            env, networks, policy_params, env_state, obs, fresh, k_run, num_steps, obs_transform
+        )
+        traj = ro.trajectory
+        alive = first_episode_mask(traj.terminated, traj.truncated)
+        first_done = ro.done & (alive > 0)
+        return ro._replace(
+            episode=fresh,
+            finished_return=jnp.where(first_done, ro.finished_return, 0.0),
+            finished_length=jnp.where(first_done, ro.finished_length, 0),
+            done=first_done,
+        )
+
+    return grouped_collect
