@@ -1,0 +1,84 @@
+"""The gymnax 1.0 contract, names, spaces and running statistics."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rlax_trpo.envs import RunningMeanStd, check_env_name, make_env
+from rlax_trpo.errors import ConfigError
+
+
+def test_unknown_env_lists_valid_names():
+    with pytest.raises(ConfigError) as err:
+        check_env_name("CartPole-v0")
+    msg = str(err.value)
+    assert "\n" not in msg and "CartPole-v1" in msg and "Breakout-MinAtar" in msg
+    assert "did you mean 'CartPole-v1'" in msg
+
+
+def test_step_keeps_termination_truncation_and_final_obs_apart():
+    env = make_env("CartPole-v1", {"max_steps_in_episode": 5})
+    step = jax.jit(env.step)
+    obs, state = env.reset(jax.random.key(0))
+    seen_trunc = False
+    for t in range(5):
+        res = step(jax.random.key(t + 1), state, jnp.asarray(t % 2))
+        if t < 4:
+            assert not bool(res.truncated)
+            np.testing.assert_allclose(res.final_obs, res.obs)  # no reset: same obs
+        else:
+            seen_trunc = bool(res.truncated)
+            assert not bool(res.terminated)
+            # the automatic reset changed obs; final_obs is the pre-reset observation
+            assert not np.allclose(res.final_obs, res.obs)
+            assert int(res.state.time) == 0
+        state = res.state
+    assert seen_trunc
+
+
+def test_termination_is_not_truncation():
+    env = make_env("CartPole-v1")
+    step = jax.jit(env.step)
+    obs, state = env.reset(jax.random.key(0))
+    for t in range(200):  # always push right: the pole falls quickly
+        res = step(jax.random.key(t), state, jnp.asarray(1))
+        if bool(res.terminated):
+            assert not bool(res.truncated)
+            assert abs(float(res.final_obs[2])) > 0.2 or abs(float(res.final_obs[0])) > 2.4
+            return
+        state = res.state
+    pytest.fail("CartPole never terminated")
+
+
+def test_spaces_and_flattening():
+    pend = make_env("Pendulum-v1")
+    assert not pend.spec.discrete and pend.spec.num_actions == 1
+    np.testing.assert_allclose(pend.spec.action_high, [2.0])
+    breakout = make_env("Breakout-MinAtar", flatten=False)
+    assert breakout.spec.obs_shape == (10, 10, 4) and breakout.spec.discrete
+    flat = make_env("Breakout-MinAtar", flatten=True)
+    obs, _ = flat.reset(jax.random.key(0))
+    assert obs.shape == (400,)
+
+
+def test_continuous_actions_are_clipped_for_the_env():
+    env = make_env("Pendulum-v1")
+    _, state = env.reset(jax.random.key(0))
+    big = env.step(jax.random.key(1), state, jnp.array([100.0]))
+    edge = env.step(jax.random.key(1), state, jnp.array([2.0]))
+    np.testing.assert_allclose(big.obs, edge.obs)
+
+
+def test_env_kwargs_unknown_field():
+    with pytest.raises(ConfigError, match="env_kwargs.bogus"):
+        make_env("CartPole-v1", {"bogus": 1})
+
+
+def test_running_mean_std_matches_numpy():
+    data = np.random.default_rng(0).normal(3.0, 2.0, size=(1000, 3)).astype(np.float32)
+    stats = RunningMeanStd.create((3,))
+    for chunk in np.split(data, 10):
+        stats = stats.update(jnp.asarray(chunk))
+    np.testing.assert_allclose(stats.mean, data.mean(0), rtol=1e-3)
+    np.testing.assert_allclose(stats.var, data.var(0), rtol=1e-3)
