@@ -113,6 +113,10 @@ class GRPO(NamedTuple):
     init: Callable[[jax.Array, dict, HParams], GRPOState]
     iteration: Callable[[GRPOState, HParams], tuple[GRPOState, dict]]
     evaluate: Callable[[dict, jax.Array, jax.Array, jax.Array], dict]
+    # the pieces of `iteration`, exposed for benchmarks and notebooks
+    collect: Callable[[dict, jax.Array, HParams], Rollout]
+    make_batch: Callable[[dict, dict, Rollout, HParams], tuple[Batch, dict]]
+    update: Callable[..., tuple]
 
 
 # ----------------------------------------------------------------------------- maths
@@ -372,4 +376,4 @@ def make_grpo(model_config: ModelConfig, task: Task, cfg: GRPOConfig) -> GRPO:
         _, exact = score(c.tokens, targets, 0.0)
         return {"accuracy": exact.mean(), "length_mean": c.lengths.mean(), "tokens": c.tokens}
 
-    return GRPO(init, iteration, evaluate)
+    return GRPO(init, iteration, evaluate, collect, make_batch, update)

@@ -48,9 +48,18 @@ class LMRun(NamedTuple):
     timings: dict  # seconds: compile, warm_start, grpo, eval, wall
 
 
-def _timed_compile(fn, *args):
+# Compiled programs, keyed by everything static they depend on, so that runs differing only in
+# traced hyperparameters (or in an unrelated static setting) reuse them within one process.
+_COMPILED: dict = {}
+
+
+def _timed_compile(cache_key, fn, *args):
+    """(compiled fn, seconds spent compiling now); 0 s when `cache_key` was compiled before."""
+    if cache_key in _COMPILED:
+        return _COMPILED[cache_key], 0.0
     start = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
+    _COMPILED[cache_key] = compiled
     return compiled, time.perf_counter() - start
 
 
@@ -77,9 +86,16 @@ def train(cfg: LMConfig, seeds: int = 1, progress: bool = True) -> LMRun:
     )
     eval_key = jax.random.key(0)  # unused by greedy decoding
     compile_s = 0.0
+    task_key = (cfg.task, cfg.num_digits, cfg.reverse_answer)
+    static = (model_cfg, task_key, grpo_cfg, seeds)
 
-    params = jax.jit(jax.vmap(lambda k: init_params(model, k)))(k_init)
+    init_fn, dt = _timed_compile(
+        ("init", model_cfg, seeds), jax.vmap(lambda k: init_params(model, k)), k_init
+    )
+    compile_s += dt
+    params = init_fn(k_init)
     evaluate, dt = _timed_compile(
+        ("eval", model_cfg, task_key, grpo_cfg.max_new_tokens, seeds, cfg.eval_size),
         jax.vmap(grpo.evaluate, in_axes=(0, None, None, None)),
         params,
         eval_prompts,
@@ -97,7 +113,10 @@ def train(cfg: LMConfig, seeds: int = 1, progress: bool = True) -> LMRun:
             ),
             in_axes=(0, 0, None),
         )
-        warm, dt = _timed_compile(warm_fn, params, k_warm, hp)
+        warm_key = ("warm", model_cfg, task_key, seeds, cfg.warm_start_steps)
+        warm, dt = _timed_compile(
+            warm_key + (cfg.warm_start_batch_size,), warm_fn, params, k_warm, hp
+        )
         compile_s += dt
         start = time.perf_counter()
         params, losses = jax.block_until_ready(warm(params, k_warm, hp))
@@ -108,7 +127,11 @@ def train(cfg: LMConfig, seeds: int = 1, progress: bool = True) -> LMRun:
     before = jax.block_until_ready(evaluate(params, eval_prompts, eval_targets, eval_key))
     eval_s += time.perf_counter() - start
 
-    state = jax.jit(jax.vmap(grpo.init, in_axes=(0, 0, None)))(k_grpo, params, hp)
+    grpo_init, dt = _timed_compile(
+        ("grpo_init", static), jax.vmap(grpo.init, in_axes=(0, 0, None)), k_grpo, params, hp
+    )
+    compile_s += dt
+    state = grpo_init(k_grpo, params, hp)
 
     def run_chunk(state: GRPOState, hp, length: int):
         return jax.lax.scan(lambda s, _: grpo.iteration(s, hp), state, None, length=length)
@@ -125,7 +148,7 @@ def train(cfg: LMConfig, seeds: int = 1, progress: bool = True) -> LMRun:
         length = min(cfg.eval_every, cfg.num_iterations - done)
         if length not in chunks:
             fn = jax.vmap(lambda s, h, n=length: run_chunk(s, h, n), in_axes=(0, None))
-            chunks[length], dt = _timed_compile(fn, state, hp)
+            chunks[length], dt = _timed_compile(("chunk", static, length), fn, state, hp)
             compile_s += dt
         start = time.perf_counter()
         state, metrics = jax.block_until_ready(chunks[length](state, hp))
