@@ -132,7 +132,7 @@ def test_k3_nonnegative_and_monte_carlo_mean_matches_exact_categorical_kl():
     p_logits = jnp.array([-0.2, 0.4, 1.0, 0.8, -1.5])
     q, p = distrax.Categorical(logits=q_logits), distrax.Categorical(logits=p_logits)
     exact = float(q.kl_divergence(p))
-    x = q.sample(seed=jax.random.key(0), sample_shape=(400_000,))
+    x = q.sample(seed=jax.random.key(0), sample_shape=(200_000,))
     log_ratio = p.log_prob(x) - q.log_prob(x)
     k3 = losses.kl_estimate(log_ratio, "k3")
     assert float(k3.min()) >= 0.0
@@ -238,25 +238,25 @@ def test_zero_variance_groups_are_masked_and_counted():
     np.testing.assert_array_equal(batch.group_id[0], np.repeat(np.arange(3), 4))
 
 
-def test_reference_policy_fixed_or_refreshed():
-    for every, expect_changed in ((0, False), (2, True)):
-        config, nets, algo, params, traj = _setup(
-            ref_refresh_every=every, hp={"learning_rate": 1e-2}
-        )
-        hp = config.hp
-        state = algo.init(params, hp)
-        update = jax.jit(algo.update)
-        p = params
-        for i in range(3):  # updates 0, 1, 2: the refresh happens at the start of update 2
-            batch = algo.make_batch(p, traj, hp)
-            p, state, _ = update(p, state, batch, hp, jax.random.key(i))
-        same = all(
-            np.array_equal(a, b)
-            for a, b in zip(
-                jax.tree.leaves(state.ref_policy), jax.tree.leaves(params.policy), strict=True
-            )
-        )
-        assert same != expect_changed
+def test_reference_policy_is_initial_until_refreshed_every_k():
+    config, nets, algo, params, traj = _setup(ref_refresh_every=2, hp={"learning_rate": 1e-2})
+    hp = config.hp
+    state = algo.init(params, hp)
+    update = jax.jit(algo.update)
+    same_as_init = lambda ref: all(
+        np.array_equal(a, b)
+        for a, b in zip(jax.tree.leaves(ref), jax.tree.leaves(params.policy), strict=True)
+    )
+    p, history = params, []
+    for i in range(3):  # updates 0, 1 keep pi_ref = pi_init; update 2 refreshes it
+        batch = algo.make_batch(p, traj, hp)
+        before = p.policy
+        p, state, _ = update(p, state, batch, hp, jax.random.key(i))
+        history.append(same_as_init(state.ref_policy))
+    assert history == [True, True, False]
+    # The refreshed reference is the policy at the start of update 2.
+    for a, b in zip(jax.tree.leaves(state.ref_policy), jax.tree.leaves(before), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_config_errors_name_the_key():
