@@ -85,13 +85,11 @@ def make_ppo(config: Config, networks: Networks) -> Algorithm:
         lr = anneal(config, hp.learning_rate, state.updates)
         opt_state = set_learning_rate(state.opt_state, lr)
         flat = flatten_batch(batch)
-        clip = optax.clip_by_global_norm(hp.max_grad_norm)
 
         def minibatch_step(carry, mb):
             params, opt_state = carry
             grads, aux = grad_fn(params, mb, hp, state.kl_beta)
-            grads, _ = clip.update(grads, clip.init(params))
-            aux["grad_norm"] = optax.global_norm(grads)
+            grads, aux["grad_norm"] = clip_by_global_norm(grads, hp.max_grad_norm)
             updates, opt_state = optimizer.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), aux
 
@@ -119,6 +117,17 @@ def make_ppo(config: Config, networks: Networks) -> Algorithm:
         return new_params, PPOState(opt_state, state.updates + 1, kl_beta), metrics
 
     return Algorithm(init, make_critic_batch(config, networks), update)
+
+
+def clip_by_global_norm(grads: Any, max_norm: jax.Array) -> tuple[Any, jax.Array]:
+    """Scale `grads` so their global norm is at most `max_norm`; also return the norm before.
+
+    The same rule as `optax.clip_by_global_norm`, with a traced (vmappable) `max_norm` and
+    the pre-clipping norm kept for the `grad_norm` metric.
+    """
+    norm = optax.global_norm(grads)
+    scale = jnp.where(norm < max_norm, 1.0, max_norm / jnp.maximum(norm, 1e-12))
+    return jax.tree.map(lambda g: g * scale, grads), norm
 
 
 def adapt_kl_beta(beta: jax.Array, kl: jax.Array, kl_target: jax.Array) -> jax.Array:
