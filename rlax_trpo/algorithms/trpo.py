@@ -1,0 +1,180 @@
+"""TRPO (Schulman et al. 2015) and the natural policy gradient (Kakade 2001), in the jitted loop.
+
+One update, as in the paper's practical algorithm (App. C) and sb3-contrib's TRPO:
+
+    A  <- advantages of the batch, normalised over the batch (optional)
+    L(theta) = mean_n pi_theta(a_n|s_n) / pi_old(a_n|s_n) * A_n        surrogate
+    g  = grad L(theta_old)
+    s  = CG(F + d I, g, cg_iters)          F: Hessian of mean KL(pi_old || pi_theta)
+    step = sqrt(2 delta / s^T F s) * s
+    trpo: theta <- first of theta + beta^j step with KL <= slack delta and L gain > 0, else theta
+    npg:  theta <- theta + step            (the scaled natural step, no line search)
+    critic: `value_epochs` x `value_minibatches` Adam steps on 0.5 (V - R)^2
+
+The natural step touches `params.policy` only; the critic is a separate network (no shared
+torso, which would let the critic's update move the policy outside the trust region).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from rlax_trpo import losses
+from rlax_trpo import trust_region as tr
+from rlax_trpo.algorithms.base import (
+    Algorithm,
+    flatten_batch,
+    make_critic_batch,
+    minibatches,
+    set_learning_rate,
+)
+from rlax_trpo.config import Config, HParams
+from rlax_trpo.errors import ConfigError
+from rlax_trpo.networks import Networks
+from rlax_trpo.types import Batch, Metrics, Params
+
+
+class TRPOState(NamedTuple):
+    value_opt_state: Any  # Adam state of the critic (learning rate in inject_hyperparams)
+
+
+class CriticFitter(NamedTuple):
+    """Adam regression of the critic on the batch's value targets, after the policy step."""
+
+    init: Any  # value_params -> opt_state
+    fit: Any  # (value_params, opt_state, flat_batch, hp, key) -> (value_params, opt_state, loss)
+
+
+def make_critic_fitter(config: Config, networks: Networks) -> CriticFitter:
+    """`value_epochs` epochs of `value_minibatches` shuffled minibatches of Adam on
+    0.5 mean (V(s) - R)^2 with learning rate `hp.value_learning_rate`."""
+    if config.batch_size % config.value_minibatches:
+        raise ConfigError(
+            f"value_minibatches: {config.value_minibatches} does not divide the batch "
+            f"num_envs x num_steps = {config.batch_size}"
+        )
+    optimizer = optax.inject_hyperparams(optax.adam)(learning_rate=1.0, eps=config.adam_eps)
+
+    def loss_fn(value_params: Any, mb: Batch) -> jax.Array:
+        return losses.value_loss(networks.value(value_params, mb.obs), mb.target)
+
+    def fit(value_params: Any, opt_state: Any, flat: Batch, hp: HParams, key: jax.Array):
+        opt_state = set_learning_rate(opt_state, hp.value_learning_rate)
+
+        def step(carry, mb):
+            v_params, o_state = carry
+            loss, grads = jax.value_and_grad(loss_fn)(v_params, mb)
+            updates, o_state = optimizer.update(grads, o_state, v_params)
+            return (optax.apply_updates(v_params, updates), o_state), loss
+
+        def epoch(carry, epoch_key):
+            return jax.lax.scan(step, carry, minibatches(flat, epoch_key, config.value_minibatches))
+
+        keys = jax.random.split(key, config.value_epochs)
+        (value_params, opt_state), loss = jax.lax.scan(epoch, (value_params, opt_state), keys)
+        return value_params, opt_state, loss.mean()
+
+    return CriticFitter(optimizer.init, fit)
+
+
+def surrogate_fn(networks: Networks, flat: Batch, advantages: jax.Array):
+    """theta -> L(theta) = mean_n exp(log pi_theta(a_n|s_n) - log pi_old(a_n|s_n)) A_n.
+
+    The importance-sampled surrogate of Schulman et al. (2015), eq. 14; `flat` is `[N, ...]`
+    and `advantages` `[N]` (already normalised if requested). Its gradient at theta_old is the
+    policy gradient mean_n grad log pi(a_n|s_n) A_n.
+    """
+
+    def surrogate(policy_params: Any) -> jax.Array:
+        log_prob = networks.policy(policy_params, flat.obs).log_prob(flat.action)
+        return (jnp.exp(log_prob - flat.log_prob) * advantages).mean()
+
+    return surrogate
+
+
+def fisher_subsample(obs: jax.Array, fraction: float) -> jax.Array:
+    """Every k-th sample, k = round(1 / fraction), for the Fisher-vector product (baselines
+    trpo_mpi uses every 5th); a static slice, so shapes stay fixed."""
+    stride = max(1, round(1.0 / fraction))
+    return obs[::stride]
+
+
+def _make_trust_region_method(config: Config, networks: Networks, line_search: bool) -> Algorithm:
+    critic = make_critic_fitter(config, networks)
+
+    def init(params: Params, hp: HParams) -> TRPOState:
+        return TRPOState(critic.init(params.value))
+
+    def policy_step(policy_params: Any, flat: Batch, hp: HParams) -> tuple[Any, Metrics]:
+        adv = flat.advantage
+        adv = losses.normalize(adv) if config.normalize_advantages else adv
+        adv = jax.lax.stop_gradient(adv)
+        surrogate = surrogate_fn(networks, flat, adv)
+        fisher_kl = tr.mean_kl_fn(
+            networks.policy, policy_params, fisher_subsample(flat.obs, config.fisher_fraction)
+        )
+        batch_kl = tr.mean_kl_fn(networks.policy, policy_params, flat.obs)
+
+        surrogate_old, grad = jax.value_and_grad(surrogate)(policy_params)
+        nat = tr.natural_step(
+            fisher_kl, policy_params, grad, hp.max_kl, hp.damping, config.cg_iters
+        )
+
+        def evaluate(candidate: Any) -> tuple[jax.Array, jax.Array]:
+            return surrogate(candidate) - surrogate_old, batch_kl(candidate)
+
+        if line_search:
+            fractions = tr.line_search_fractions(hp.line_search_decay, config.line_search_steps)
+            ls = tr.backtracking_line_search(
+                evaluate, policy_params, nat.step, fractions, hp.max_kl, hp.kl_slack
+            )
+            new_policy, accepted, fraction = ls.params, ls.accepted, ls.fraction
+            tried = jnp.where(accepted, ls.index + 1, config.line_search_steps)
+        else:
+            new_policy = tr.tree_axpy(1.0, nat.step, policy_params)
+            accepted, fraction, tried = jnp.asarray(True), jnp.float32(1.0), jnp.int32(0)
+
+        # Realised quantities of the step actually applied (zero when it was rejected).
+        actual_improvement, kl = evaluate(new_policy)
+        entropy = networks.policy(policy_params, flat.obs).entropy().mean()
+        metrics = {
+            "trpo/cg_residual": nat.cg_residual,
+            "trpo/expected_improvement": fraction * nat.expected_improvement,
+            "trpo/actual_improvement": actual_improvement,
+            "trpo/kl": kl,
+            "trpo/line_search_steps": tried.astype(jnp.float32),
+            "trpo/accepted": accepted.astype(jnp.float32),
+            "trpo/step_fraction": fraction,
+            "trpo/quadratic_kl": nat.quadratic_kl,
+            "trpo/grad_norm": nat.grad_norm,
+            "policy/kl": kl,
+            "policy/entropy": entropy,
+            "policy/surrogate": surrogate_old,
+        }
+        return new_policy, metrics
+
+    def update(params: Params, state: TRPOState, batch: Batch, hp: HParams, key: jax.Array):
+        flat = flatten_batch(batch)
+        policy, metrics = policy_step(params.policy, flat, hp)
+        value, value_opt_state, value_loss = critic.fit(
+            params.value, state.value_opt_state, flat, hp, key
+        )
+        metrics["value/loss"] = value_loss
+        return Params(policy, value), TRPOState(value_opt_state), metrics
+
+    return Algorithm(init, make_critic_batch(config, networks), update)
+
+
+def make_trpo(config: Config, networks: Networks) -> Algorithm:
+    """TRPO: the scaled natural step with a backtracking line search on KL and surrogate."""
+    return _make_trust_region_method(config, networks, line_search=True)
+
+
+def make_npg(config: Config, networks: Networks) -> Algorithm:
+    """Natural policy gradient: the step sqrt(2 delta / s^T F s) F^-1 g, always applied
+    (Kakade 2001; the normalised form of Rajeswaran et al. 2017)."""
+    return _make_trust_region_method(config, networks, line_search=False)

@@ -1,0 +1,79 @@
+"""Vanilla policy gradient: REINFORCE with a learned value baseline (Williams 1992; Sutton et al.
+2000), as in Spinning Up's VPG.
+
+One update per batch:
+
+    A <- advantages (GAE, n-step or Monte Carlo against the critic), normalised (optional)
+    policy: one full-batch Adam step on -mean(log pi(a|s) A) - c_H mean H(pi(.|s)),
+            gradient norm clipped at `max_grad_norm`, learning rate annealed if `anneal_lr`
+    critic: `value_epochs` x `value_minibatches` Adam steps on 0.5 (V - R)^2 (separate network)
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from rlax_trpo import losses
+from rlax_trpo.algorithms.base import (
+    Algorithm,
+    flatten_batch,
+    make_critic_batch,
+    set_learning_rate,
+)
+from rlax_trpo.algorithms.ppo import anneal, make_optimizer
+from rlax_trpo.algorithms.trpo import make_critic_fitter
+from rlax_trpo.config import Config, HParams
+from rlax_trpo.networks import Networks
+from rlax_trpo.types import Batch, Params
+
+
+class VPGState(NamedTuple):
+    opt_state: Any  # policy optimiser state
+    value_opt_state: Any  # critic optimiser state
+    updates: jax.Array  # number of updates so far (learning-rate annealing)
+
+
+def make_vpg(config: Config, networks: Networks) -> Algorithm:
+    optimizer = make_optimizer(config)
+    critic = make_critic_fitter(config, networks)
+
+    def init(params: Params, hp: HParams) -> VPGState:
+        return VPGState(
+            optimizer.init(params.policy), critic.init(params.value), jnp.zeros((), jnp.int32)
+        )
+
+    def loss_fn(policy_params: Any, flat: Batch, advantages: jax.Array, hp: HParams):
+        dist = networks.policy(policy_params, flat.obs)
+        log_prob = dist.log_prob(flat.action)
+        pg_loss = losses.policy_gradient_loss(log_prob, advantages)
+        entropy = dist.entropy().mean()
+        # k3 estimate of KL(old || new) is 0 here; it is measured after the step below.
+        return pg_loss - hp.ent_coef * entropy, {"policy/loss": pg_loss, "policy/entropy": entropy}
+
+    def update(params: Params, state: VPGState, batch: Batch, hp: HParams, key: jax.Array):
+        flat = flatten_batch(batch)
+        adv = losses.normalize(flat.advantage) if config.normalize_advantages else flat.advantage
+        grads, metrics = jax.grad(loss_fn, has_aux=True)(params.policy, flat, adv, hp)
+        clip = optax.clip_by_global_norm(hp.max_grad_norm)
+        metrics["grad_norm"] = optax.global_norm(grads)
+        grads, _ = clip.update(grads, clip.init(params.policy))
+        lr = anneal(config, hp.learning_rate, state.updates)
+        opt_state = set_learning_rate(state.opt_state, lr)
+        updates, opt_state = optimizer.update(grads, opt_state, params.policy)
+        policy = optax.apply_updates(params.policy, updates)
+
+        old_dist = networks.policy(params.policy, flat.obs)
+        metrics["policy/kl"] = old_dist.kl_divergence(networks.policy(policy, flat.obs)).mean()
+        metrics["policy/learning_rate"] = lr
+        value, value_opt_state, value_loss = critic.fit(
+            params.value, state.value_opt_state, flat, hp, key
+        )
+        metrics["value/loss"] = value_loss
+        new_state = VPGState(opt_state, value_opt_state, state.updates + 1)
+        return Params(policy, value), new_state, metrics
+
+    return Algorithm(init, make_critic_batch(config, networks), update)
