@@ -1,57 +1,228 @@
-"""Orbax save/restore of a (possibly seed-batched) TrainState, with its config beside it."""
+"""Orbax checkpoints of a (population-batched) TrainState, with config, metrics and run facts.
+
+Layout of a checkpoint folder (a run folder's `checkpoint/`):
+
+    checkpoint/
+      config.yaml            the resolved config (also readable by `load_config`)
+      LATEST                 name of the newest complete step folder, e.g. `iter_000010`
+      iter_000010/
+        state/               orbax StandardCheckpointer: the TrainState (keys as key data)
+        metrics.npz          every metric so far, `[population, iterations_done]`
+        meta.json            run facts: seeds, sweep, iterations done, timings, PRNG seed
+        MANIFEST.json        sha256 of every file above (corruption check on restore)
+
+A step folder is written under a temporary name and renamed when complete; `LATEST` is then
+replaced atomically (`os.replace`) and older step folders are removed. A crash at any point
+leaves the previous checkpoint intact, and restore never writes.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 import yaml
 
 from rlax_trpo.config import Config
+from rlax_trpo.errors import ConfigError
+
+
+class CheckpointError(ConfigError):
+    """A checkpoint is missing, corrupt, or does not match the run that reads it."""
+
+
+def _is_key(x: Any) -> bool:
+    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
 def _to_savable(tree: Any) -> Any:
     """Typed PRNG keys cannot be serialised; store their raw key data instead."""
-    return jax.tree.map(
-        lambda x: jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
-        else x,
-        tree,
-    )
+    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
 
 
-def save(path: str | Path, state: Any, config: Config) -> None:
-    """Write `state` (any pytree, e.g. a TrainState) and `config.yaml` under `path`.
+def _abstract_savable(target: Any) -> Any:
+    return jax.eval_shape(_to_savable, target)
 
-    Orbax writes to a temporary directory and renames it, so a checkpoint is either whole
-    or absent.
+
+def _wrap_keys(target: Any, restored: Any) -> Any:
+    return jax.tree.map(lambda t, r: jax.random.wrap_key_data(r) if _is_key(t) else r,
+                        target, restored)
+
+
+# ---------------------------------------------------------------- step checkpoints
+
+
+def save_step(
+    ckpt_dir: str | Path,
+    state: Any,
+    metrics: Mapping[str, np.ndarray],
+    meta: Mapping[str, Any],
+    config: Config,
+) -> Path:
+    """Write one complete checkpoint step atomically and point `LATEST` at it.
+
+    `meta` must hold `iterations_done`; the step folder is named after it.
     """
     import orbax.checkpoint as ocp
 
-    path = Path(path).absolute()
-    path.mkdir(parents=True, exist_ok=True)
+    ckpt_dir = Path(ckpt_dir).absolute()
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    name = f"iter_{int(meta['iterations_done']):06d}"
+    tmp = ckpt_dir / f".{name}.tmp-{os.getpid()}"
+    final = ckpt_dir / name
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
     checkpointer = ocp.StandardCheckpointer()
-    checkpointer.save(path / "state", _to_savable(state))
+    checkpointer.save(tmp / "state", _to_savable(state))
     checkpointer.wait_until_finished()
-    (path / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    checkpointer.close()
+    np.savez(tmp / "metrics.npz", **{k: np.asarray(v) for k, v in metrics.items()})
+    (tmp / "meta.json").write_text(json.dumps(dict(meta), indent=2) + "\n")
+    (tmp / "MANIFEST.json").write_text(json.dumps(_manifest(tmp), indent=1) + "\n")
+    _atomic_write(ckpt_dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
+    if final.exists():  # same step written again (e.g. a resumed run re-saving): replace
+        shutil.rmtree(final)
+    tmp.rename(final)
+    _atomic_write(ckpt_dir / "LATEST", name + "\n")
+    for old in ckpt_dir.glob("iter_*"):
+        if old.name != name and old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _manifest(folder: Path) -> dict[str, str]:
+    out = {}
+    for f in sorted(folder.rglob("*")):
+        if f.is_file() and f.name != "MANIFEST.json":
+            out[str(f.relative_to(folder))] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return out
+
+
+def latest_step(ckpt_dir: str | Path) -> Path:
+    """The newest complete step folder, verified against its manifest."""
+    ckpt_dir = Path(ckpt_dir)
+    pointer = ckpt_dir / "LATEST"
+    if not ckpt_dir.is_dir():
+        raise CheckpointError(f"no checkpoint folder at {str(ckpt_dir)!r}")
+    if not pointer.is_file():
+        raise CheckpointError(f"checkpoint {str(ckpt_dir)!r} has no LATEST file (not a "
+                              f"checkpoint, or its first write never finished)")
+    step = ckpt_dir / pointer.read_text().strip()
+    if not step.name.startswith("iter_") or not step.is_dir():
+        raise CheckpointError(f"checkpoint {str(ckpt_dir)!r} is corrupt: LATEST names "
+                              f"{step.name!r}, which does not exist")
+    try:
+        expected = json.loads((step / "MANIFEST.json").read_text())
+    except (OSError, ValueError):
+        raise CheckpointError(f"checkpoint {str(step)!r} is corrupt: unreadable "
+                              f"MANIFEST.json") from None
+    actual = _manifest(step)
+    if actual != expected:
+        bad = sorted(set(expected) ^ set(actual) | {k for k in expected
+                                                   if actual.get(k) != expected[k]})
+        raise CheckpointError(f"checkpoint {str(step)!r} is corrupt: {bad[0]} does not match "
+                              f"its recorded checksum")
+    return step
+
+
+def read_meta(ckpt_dir: str | Path) -> dict[str, Any]:
+    """The run facts of the latest step (verified)."""
+    return json.loads((latest_step(ckpt_dir) / "meta.json").read_text())
+
+
+def restore_step(ckpt_dir: str | Path, target: Any) -> tuple[Any, dict[str, np.ndarray],
+                                                             dict[str, Any]]:
+    """(state, metrics, meta) of the latest step; `target` gives the state's structure.
+
+    `target` may be concrete or abstract (`jax.eval_shape`); restored leaves are host-side
+    numpy arrays (typed keys wrapped back), to be placed on devices by the caller.
+    Raises `CheckpointError` when the saved state does not fit `target`.
+    """
+    import orbax.checkpoint as ocp
+
+    step = latest_step(ckpt_dir).absolute()
+    meta = json.loads((step / "meta.json").read_text())
+    abstract = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), _abstract_savable(target))
+    try:
+        with ocp.StandardCheckpointer() as ckptr:
+            saved = ckptr.metadata(step / "state")
+            saved_tree = getattr(saved, "item_metadata", saved)
+            _check_structure(saved_tree, abstract, step)
+            restored = ckptr.restore(step / "state", abstract)
+    except CheckpointError:
+        raise
+    except Exception as err:  # orbax raises many types; report one line
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"checkpoint {str(step)!r} cannot be restored into this run's "
+                              f"state: {first[:200]}") from None
+    restored = jax.tree.map(np.asarray, restored)
+    with np.load(step / "metrics.npz") as data:
+        metrics = {k: data[k] for k in data.files}
+    return _wrap_keys(target, restored), metrics, meta
+
+
+def _check_structure(saved: Any, abstract: Any, step: Path) -> None:
+    saved_shapes = _shapes_by_path(saved)
+    wanted = _shapes_by_path(abstract)
+    if set(saved_shapes) != set(wanted):
+        extra = sorted(set(saved_shapes) ^ set(wanted))
+        raise CheckpointError(f"checkpoint {str(step)!r} does not match this run: its state "
+                              f"has {len(saved_shapes)} arrays, the run's {len(wanted)} "
+                              f"(first difference: {extra[0]})")
+    for name, shape in wanted.items():
+        if saved_shapes[name] != shape:
+            raise CheckpointError(f"checkpoint {str(step)!r} does not match this run: {name} "
+                                  f"has shape {saved_shapes[name]}, expected {shape}")
+
+
+def _shapes_by_path(tree: Any) -> dict[str, tuple[int, ...]]:
+    def name(entry: Any) -> str:
+        for attr in ("key", "name", "idx"):
+            if hasattr(entry, attr):
+                return str(getattr(entry, attr))
+        return str(entry)
+
+    return {".".join(name(e) for e in path): tuple(getattr(leaf, "shape", ()))
+            for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+# ---------------------------------------------------------------- simple API
+
+
+def save(path: str | Path, state: Any, config: Config, metrics: Mapping[str, Any] | None = None,
+         meta: Mapping[str, Any] | None = None) -> None:
+    """Write `state` (any pytree, e.g. a TrainState) and `config.yaml` under `path`."""
+    meta = dict(meta or {})
+    meta.setdefault("iterations_done", int(np.max(np.asarray(getattr(state, "iteration", 0)))))
+    save_step(path, state, metrics or {}, meta, config)
 
 
 def restore(path: str | Path, target: Any) -> Any:
-    """Restore the pytree saved at `path` into the structure of `target`.
-
-    Leaves of `target` that are typed PRNG keys are restored from their key data.
-    """
-    import orbax.checkpoint as ocp
-
-    path = Path(path).absolute()
-    restored = ocp.StandardCheckpointer().restore(path / "state", _to_savable(target))
-    return jax.tree.map(
-        lambda t, r: jax.random.wrap_key_data(r)
-        if jax.dtypes.issubdtype(t.dtype, jax.dtypes.prng_key) else r,
-        target,
-        restored,
-    )
+    """Restore the latest state saved at `path` into the structure of `target`."""
+    return restore_step(path, target)[0]
 
 
 def load_config(path: str | Path) -> Config:
-    return Config.create(**yaml.safe_load((Path(path) / "config.yaml").read_text()))
+    """The config saved beside a checkpoint (`path` is the checkpoint folder)."""
+    file = Path(path) / "config.yaml"
+    if not file.is_file():
+        raise CheckpointError(f"checkpoint {str(path)!r} has no config.yaml")
+    try:
+        return Config.create(**yaml.safe_load(file.read_text()))
+    except yaml.YAMLError:
+        raise CheckpointError(f"checkpoint {str(path)!r}: config.yaml is not valid YAML") \
+            from None

@@ -1,8 +1,10 @@
-"""Vmappable evaluation episodes with the greedy (mode) or the sampling policy."""
+"""Vmappable evaluation episodes with the greedy (mode) or the sampling policy; GIF rendering."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -49,3 +51,72 @@ def make_evaluate(
         return total
 
     return evaluate
+
+
+class Episode(NamedTuple):
+    """One recorded episode, time-major: env states, rewards and end flags `[T]`."""
+
+    env_state: Any
+    reward: jax.Array
+    done: jax.Array
+
+
+def make_episode(
+    config: Config, env: Env, networks: Networks, greedy: bool = True, max_steps: int | None = None,
+) -> Callable[[TrainState, jax.Array], Episode]:
+    """`episode(state, key) -> Episode`: one environment, `max_steps` steps, states recorded.
+
+    `state` is one member's TrainState (no population axis). `Episode.env_state[t]` is the
+    state the policy acted in at step t; steps after the first `done` are to be dropped.
+    """
+    horizon = max_steps or env.spec.max_episode_steps or 1000
+
+    def episode(state: TrainState, key: jax.Array) -> Episode:
+        k_reset, k_run = jax.random.split(key)
+        obs, env_state = env.reset(k_reset)
+
+        def transform(o):
+            return state.obs_stats.normalize(o) if config.normalize_obs else o
+
+        def step(carry, step_key):
+            env_state, obs = carry
+            k_act, k_env = jax.random.split(step_key)
+            dist = networks.policy(state.params.policy, transform(obs[None]))
+            action = (dist.mode() if greedy else dist.sample(seed=k_act))[0]
+            res = env.step(k_env, env_state, action)
+            return (res.state, res.obs), Episode(env_state, res.reward,
+                                                 res.terminated | res.truncated)
+
+        _, ep = jax.lax.scan(step, (env_state, obs), jax.random.split(k_run, horizon))
+        return ep
+
+    return episode
+
+
+def render_gif(config: Config, episode: Episode, path: str | Path) -> int:
+    """Render a recorded episode (host arrays) to a GIF with gymnax's `Visualizer`.
+
+    Frames stop at the first episode end. Returns the number of frames. Classic-control
+    environments are drawn by gymnasium's renderer, which needs `pygame`.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import gymnax
+    import numpy as np
+    from gymnax.visualize import Visualizer
+
+    from rlax_trpo.errors import ConfigError
+
+    if config.env not in gymnax.registered_envs:
+        raise ConfigError(f"--gif: {config.env} is not a gymnax environment; gymnax's "
+                          f"visualiser draws only those")
+    gym_env, params = gymnax.make(config.env)
+    if config.env_kwargs:
+        params = params.replace(**config.env_kwargs)
+    done = np.asarray(episode.done)
+    length = int(np.argmax(done)) + 1 if done.any() else len(done)
+    states = [jax.tree.map(lambda x, t=t: x[t], episode.env_state) for t in range(length)]
+    returns = np.cumsum(np.asarray(episode.reward)[:length])
+    Visualizer(gym_env, params, states, returns).animate(str(path))
+    return length

@@ -1,0 +1,120 @@
+"""Spreading a run over devices with `jax.sharding`: a population axis or an environment axis.
+
+Two layouts, both plain GSPMD (the compiler partitions the program and inserts the
+collectives; no `pmap`, no hand-written `psum`):
+
+- `"population"`: the leading axis of every array (seeds x settings) is split over a 1-D
+  mesh `("pop",)`. Members never talk to each other, so each device runs its share of the
+  population and the results equal a single-device run.
+- `"envs"`: one large run splits its environment axis (`[pop, num_envs, ...]` leaves of the
+  carry: env states, observations, episode counters) over a mesh `("env",)`; parameters and
+  optimiser state are replicated. Means over the batch (losses, gradients, the
+  Fisher-vector products inside TRPO's conjugate gradient) become all-reduces that XLA
+  inserts; results equal a single-device run up to float summation order.
+
+Multi-host: call `initialize_distributed` (a thin wrapper of `jax.distributed.initialize`)
+in every process before anything else touches JAX; `jax.devices()` then lists the devices
+of all hosts and the same meshes span them. Nothing here is traced or jitted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from rlax_trpo.errors import ConfigError
+
+LAYOUTS = ("population", "envs")
+# TrainState fields whose arrays have the environment axis right after the population axis.
+ENV_AXIS_FIELDS = ("env_state", "obs", "episode", "return_acc")
+
+
+def initialize_distributed(
+    coordinator_address: str | None = None, num_processes: int | None = None,
+    process_id: int | None = None,
+) -> None:
+    """Join a multi-host run (`jax.distributed.initialize`); arguments left None are
+    auto-detected on Cloud TPU, SLURM and Open MPI clusters."""
+    jax.distributed.initialize(coordinator_address=coordinator_address,
+                               num_processes=num_processes, process_id=process_id)
+
+
+def choose_num_devices(requested: int | None, population: int, num_envs: int,
+                       layout: str) -> int:
+    """How many devices to use; a one-line `ConfigError` when the split cannot be even.
+
+    With `requested=None` the population layout takes the most devices that divide the
+    population (so `--seeds 6` on 4 devices uses 3), and the env layout all devices that
+    divide `num_envs`.
+    """
+    available = jax.device_count()
+    size, what = (population, "the population (settings x seeds)") if layout == "population" \
+        else (num_envs, "num_envs")
+    if requested is None:
+        return max(d for d in range(1, available + 1) if size % d == 0)
+    if requested < 1 or requested > available:
+        raise ConfigError(f"--devices: {requested} is not between 1 and the {available} "
+                          f"device(s) available")
+    if size % requested:
+        raise ConfigError(f"--devices: {what} = {size} is not divisible by {requested} "
+                          f"devices; choose a device count that divides {size}")
+    return requested
+
+
+def make_mesh(num_devices: int, layout: str) -> Mesh:
+    """A 1-D mesh over the first `num_devices` devices, axis `pop` or `env`."""
+    devices = np.asarray(jax.devices()[:num_devices])
+    return Mesh(devices, ("pop",) if layout == "population" else ("env",))
+
+
+def population_sharding(mesh: Mesh) -> NamedSharding:
+    """Leading (population) axis split over the mesh when the layout is `population`,
+    replicated otherwise."""
+    if "pop" in mesh.axis_names:
+        return NamedSharding(mesh, PartitionSpec("pop"))
+    return NamedSharding(mesh, PartitionSpec())
+
+
+def state_shardings(state: Any, mesh: Mesh) -> Any:
+    """A pytree of `NamedSharding`s matching a population `TrainState` (leaves `[pop, ...]`).
+
+    Population layout: every leaf split on axis 0. Env layout: the leaves of
+    `ENV_AXIS_FIELDS` split on axis 1, all others replicated.
+    """
+    if "pop" in mesh.axis_names:
+        return jax.tree.map(lambda _: NamedSharding(mesh, PartitionSpec("pop")), state)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    env_split = NamedSharding(mesh, PartitionSpec(None, "env"))
+    shardings = jax.tree.map(lambda _: replicated, state)
+    updates = {f: jax.tree.map(lambda _: env_split, getattr(state, f)) for f in ENV_AXIS_FIELDS}
+    return shardings.replace(**updates)
+
+
+def put(tree: Any, sharding: Any) -> Any:
+    """Place host arrays on the mesh (one sharding, or a pytree of them matching `tree`).
+
+    Uses `jax.make_array_from_callback`, which also builds global arrays in multi-host runs.
+    Typed PRNG keys are placed as key data and wrapped again.
+    """
+    if isinstance(sharding, jax.sharding.Sharding):
+        sharding = jax.tree.map(lambda _: sharding, tree)
+    return jax.tree.map(_put_leaf, tree, sharding)
+
+
+def _put_leaf(x: Any, sharding: jax.sharding.Sharding) -> jax.Array:
+    if jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key):
+        return jax.random.wrap_key_data(_put_leaf(jax.random.key_data(x), sharding))
+    host = np.asarray(x)
+    return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+
+
+def to_host(tree: Any) -> Any:
+    """Fetch (possibly sharded, possibly multi-host) arrays as numpy, on every process."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        return multihost_utils.process_allgather(tree, tiled=True)
+    return jax.tree.map(np.asarray, tree)

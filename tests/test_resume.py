@@ -1,0 +1,139 @@
+"""Chunked, checkpointed runs: chunked == unchunked, interrupt + resume == uninterrupted
+(bitwise on CPU), and corrupt or mismatched checkpoints are refused without being touched."""
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import train
+from rlax_trpo import checkpoint, make_trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+# 8 iterations of a tiny PPO run, checkpointed every 2.
+TINY = ["--seeds", "2", "--no-progress", "num_envs=4", "num_steps=16", "total_env_steps=512",
+        "num_epochs=1", "num_minibatches=1", "eval_episodes=2"]
+CHUNK = ["--chunk-iterations", "2"]
+
+
+def _params(run_dir: Path):
+    config = checkpoint.load_config(run_dir / "checkpoint")
+    trainer = make_trainer(config)
+    keys = jax.random.split(jax.random.key(0), 2)
+    target = jax.eval_shape(jax.vmap(trainer.init, in_axes=(0, None)), keys, config.hp)
+    state = checkpoint.restore(run_dir / "checkpoint", target)
+    return jax.tree.leaves(jax.tree.map(np.asarray, state.params)), state
+
+
+def _tree_hash(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def chunked_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref") / "run"
+    assert train.main([*TINY, *CHUNK, "--out", str(out)]) == 0
+    return out
+
+
+def test_chunked_run_equals_unchunked_run(chunked_run, tmp_path):
+    out = tmp_path / "run"
+    assert train.main([*TINY, "--out", str(out)]) == 0
+    assert (out / "metrics.csv").read_bytes() == (chunked_run / "metrics.csv").read_bytes()
+    a, state = _params(out)
+    b, _ = _params(chunked_run)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    assert int(state.iteration[0]) == 8
+
+
+def test_interrupt_then_resume_equals_uninterrupted(chunked_run, tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *TINY, *CHUNK, "--out",
+                             str(out)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    # config.yaml appears once the signal handlers are installed (before compilation); the
+    # run must honour SIGTERM after its first chunk and checkpoint, not die mid-way.
+    deadline = time.time() + 240
+    while not (out / "config.yaml").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "interrupted by SIGTERM" in err and "--resume" in err
+    meta = checkpoint.read_meta(out / "checkpoint")
+    assert 2 <= meta["iterations_done"] < 8
+    assert not (out / "summary.json").exists()
+
+    assert train.main(["--resume", str(out), "--no-progress"]) == 0
+    assert (out / "metrics.csv").read_bytes() == (chunked_run / "metrics.csv").read_bytes()
+    a, _ = _params(out)
+    b, _ = _params(chunked_run)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def _resumable_copy(chunked_run: Path, tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(chunked_run, run)
+    (run / "summary.json").unlink()  # an unfinished run
+    return run
+
+
+@pytest.mark.parametrize("damage, expected", [
+    ("flip", "is corrupt"),
+    ("latest", "is corrupt: LATEST names"),
+    ("no_latest", "has no LATEST file"),
+    ("config", "config.yaml differs"),
+])
+def test_corrupt_checkpoint_is_refused_and_kept(chunked_run, tmp_path, capsys, damage,
+                                                 expected):
+    run = _resumable_copy(chunked_run, tmp_path)
+    ckpt = run / "checkpoint"
+    step = ckpt / (ckpt / "LATEST").read_text().strip()
+    if damage == "flip":
+        victim = max((p for p in (step / "state").rglob("*") if p.is_file()),
+                     key=lambda p: p.stat().st_size)
+        data = bytearray(victim.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        victim.write_bytes(bytes(data))
+    elif damage == "latest":
+        (ckpt / "LATEST").write_text("iter_999999\n")
+    elif damage == "no_latest":
+        (ckpt / "LATEST").unlink()
+    else:
+        text = (ckpt / "config.yaml").read_text().replace("num_envs: 4", "num_envs: 8")
+        (ckpt / "config.yaml").write_text(text)
+    before = _tree_hash(run)
+    assert train.main(["--resume", str(run), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and expected in err, err
+    assert _tree_hash(run) == before  # never overwritten
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--seeds", "3"], "was made with seeds=2, not 3"),
+    (["--sweep", "hp.learning_rate=1e-3,1e-4"], "was made with sweep={}"),
+    (["num_envs=8"], "the given config differs"),
+    (["--out", "elsewhere"], "--out: a resumed run continues in its own folder"),
+])
+def test_mismatched_resume_is_refused(chunked_run, tmp_path, capsys, argv, expected):
+    run = _resumable_copy(chunked_run, tmp_path)
+    before = _tree_hash(run)
+    assert train.main(["--resume", str(run), "--no-progress", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and expected in err, err
+    assert _tree_hash(run) == before
+
+
+def test_resume_of_a_finished_run_is_refused(chunked_run, capsys):
+    assert train.main(["--resume", str(chunked_run), "--no-progress"]) == 2
+    assert "already complete" in capsys.readouterr().err
