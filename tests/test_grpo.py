@@ -264,3 +264,27 @@ def test_config_errors_name_the_key():
         _setup(num_envs=10, total_env_steps=600)
     with pytest.raises(ConfigError, match="^num_minibatches:"):
         _setup(num_minibatches=2)
+
+
+def test_cli_rejects_bad_grouping_with_one_line(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "train.py"
+    spec = importlib.util.spec_from_file_location("train_cli", path)
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    out = tmp_path / "run"
+    argv = [
+        "--out",
+        str(out),
+        "algorithm=grpo",
+        "num_envs=10",
+        "group_size=4",
+        "num_minibatches=1",
+        "num_steps=8",
+    ]
+    assert train.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: num_envs:") and "\n" not in err
+    assert not out.exists()
