@@ -78,11 +78,12 @@ def main():
     reference = jax.jit(lambda p, x, k: no_cache_sampler(model, p, x, k, c, hp.temperature))
     t_ref, (_, ref_tokens) = timed(reference, params, prompts, key, repeats=args.repeats)
 
-    def train_step(params, rollout, key):
-        batch, _ = grpo.make_batch(params, params, rollout, hp)
+    def train_step(params, ref_params, rollout, key):
+        batch, _ = grpo.make_batch(params, ref_params, rollout, hp)
         return grpo.update(params, state.opt_state, batch, hp, key)[2]["loss/total"]
 
-    t_train, _ = timed(jax.jit(train_step), params, rollout, key, repeats=args.repeats)
+    ref_params = jax.tree.map(jnp.copy, params)  # a separate argument: no shared forward pass
+    t_train, _ = timed(jax.jit(train_step), params, ref_params, rollout, key, repeats=args.repeats)
     iteration = jax.jit(grpo.iteration)
     t_iter, _ = timed(iteration, state, hp, repeats=args.repeats)
 

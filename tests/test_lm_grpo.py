@@ -120,9 +120,10 @@ def test_padding_contributes_nothing_to_loss_or_kl(loss_agg):
     )
 
 
-def test_ratio_is_one_on_first_inner_epoch_and_iteration_runs():
+def test_ratio_is_one_on_first_inner_epoch_and_reference_refresh():
     hp = HParams(learning_rate=1e-2, kl_beta=0.1)
-    grpo = make_grpo(MCFG, TASK, GCFG)
+    cfg = GCFG._replace(ref_refresh_every=1, mask_zero_std=True, loss_agg="token_mean")
+    grpo = make_grpo(MCFG, TASK, cfg)
     params = init_params(Transformer(MCFG), jax.random.key(0))
     state = grpo.init(jax.random.key(1), params, hp)
     new_state, m = jax.jit(grpo.iteration)(state, hp)
@@ -137,6 +138,9 @@ def test_ratio_is_one_on_first_inner_epoch_and_iteration_runs():
         assert np.isfinite(float(m[k])), k
     changed = jax.tree.map(lambda a, b: bool(jnp.any(a != b)), params, new_state.params)
     assert any(jax.tree.leaves(changed))
+    # ref_refresh_every=1: the reference is the updated policy after every iteration
+    same = jax.tree.map(lambda a, b: bool(jnp.all(a == b)), new_state.params, new_state.ref_params)
+    assert all(jax.tree.leaves(same))
 
 
 def test_config_errors_are_one_line_and_name_the_key():

@@ -259,9 +259,10 @@ def plot(run: LMRun, path: pathlib.Path | None = None):
         y = run.metrics[key]
         axes[0].plot(x, y.mean(0), label=label)
         axes[0].fill_between(x, y.min(0), y.max(0), alpha=0.2)
-    ev = run.eval_accuracy
-    axes[0].plot(run.eval_iterations, ev.mean(0), "o-", label="greedy, held-out")
-    axes[0].fill_between(run.eval_iterations, ev.min(0), ev.max(0), alpha=0.2)
+    ev_x = np.concatenate([[0], run.eval_iterations])  # 0: after the warm start, before GRPO
+    ev = np.concatenate([run.initial_accuracy[:, None], run.eval_accuracy], axis=1)
+    axes[0].plot(ev_x, ev.mean(0), "o-", label="greedy, held-out")
+    axes[0].fill_between(ev_x, ev.min(0), ev.max(0), alpha=0.2)
     axes[0].set(
         xlabel="GRPO iteration", ylabel="accuracy", title=f"{run.config.task}", ylim=(0, 1.02)
     )
