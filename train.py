@@ -130,10 +130,10 @@ def _prepare_resume(args: argparse.Namespace) -> dict[str, Any]:
     from rlax_trpo.sweep import Sweep, parse_sweeps
 
     run_dir = args.resume
-    if args.out is not None:
-        raise UsageError("--out: a resumed run continues in its own folder; drop --out")
     if not run_dir.is_dir():
         raise UsageError(f"--resume: {str(run_dir)!r} is not a run folder")
+    if args.out is not None:
+        raise UsageError("--out: a resumed run continues in its own folder; drop --out")
     ckpt = run_dir / "checkpoint"
     meta = checkpoint.read_meta(ckpt)  # verifies the latest step's checksums
     config = checkpoint.load_config(ckpt)
@@ -342,7 +342,7 @@ def _run_control(args: argparse.Namespace, raw: dict[str, Any], stop: _StopReque
             jax.tree.map(lambda x: jax.random.key_data(x) if jax.dtypes.issubdtype(
                 x.dtype, jax.dtypes.prng_key) else x, state))
         summary = _summary(config, args, metrics, eval_returns, host_state, sweep, settings,
-                           wall_s, compile_total, num_devices, chunk)
+                           wall_s, compile_total, num_devices, chunk, len(compiled))
         if main_proc:
             _write_outputs(work, config, metrics, summary, sweep, settings, labels, seeds)
             if not chunked:
@@ -369,7 +369,7 @@ def _run_control(args: argparse.Namespace, raw: dict[str, Any], stop: _StopReque
 
 
 def _summary(config, args, metrics, eval_returns, state, sweep, settings, wall_s, compile_s,
-             num_devices, chunk) -> dict[str, Any]:
+             num_devices, chunk, programs) -> dict[str, Any]:
     import jax
     import numpy as np
 
@@ -390,6 +390,7 @@ def _summary(config, args, metrics, eval_returns, state, sweep, settings, wall_s
         "total_env_steps": steps,
         "num_iterations": config.num_iterations,
         "chunk_iterations": chunk,
+        "compiled_run_programs": programs,  # one per distinct chunk length, whole population
         "wall_seconds": wall_s,
         "compile_seconds": compile_s,
         "env_steps_per_second": steps * population / wall_s,

@@ -1,0 +1,164 @@
+"""Sweeps (settings x seeds in one compiled call), their statistics, evaluation of a finished
+run folder (greedy and sampling, GIF), TensorBoard logging, and bad input for the new flags."""
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import train
+from rlax_trpo import Config
+from rlax_trpo.errors import ConfigError
+from rlax_trpo.sweep import (
+    bootstrap_ci,
+    iqm,
+    parse_sweeps,
+    population_hparams,
+    population_key_data,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--no-progress", "num_envs=4", "num_steps=16", "total_env_steps=320", "num_epochs=1",
+        "num_minibatches=1", "eval_episodes=2"]
+SWEEP = ["--seeds", "4", "--sweep", "hp.learning_rate=1e-4,3e-4,1e-3",
+         "--sweep", "hp.clip_eps=0.1,0.2"]
+
+
+def test_iqm_and_bootstrap():
+    assert iqm(np.array([1.0, 2.0, 3.0, 4.0])) == 2.5  # drops 1 and 4
+    assert iqm(np.array([100.0, 1, 2, 3, 4, 5, 6, -100])) == 3.5  # drops 2 at each end
+    assert iqm(np.array([7.0])) == 7.0
+    x = np.array([1.0, 2.0, 3.0, 10.0])
+    lo, hi = bootstrap_ci(x)
+    assert lo <= x.mean() <= hi and x.min() <= lo and hi <= x.max()
+    assert bootstrap_ci(x) == (lo, hi)  # deterministic
+    assert bootstrap_ci(np.array([5.0])) == (5.0, 5.0)
+
+
+def test_population_layout_is_setting_major():
+    sweep = parse_sweeps(["hp.learning_rate=1e-4,1e-3", "hp.clip_eps=0.1,0.2,0.3"])
+    assert [s["hp.clip_eps"] for s in sweep.settings] == [0.1, 0.2, 0.3] * 2
+    hp = population_hparams(Config.create().hp, sweep, num_seeds=2)
+    np.testing.assert_allclose(hp.learning_rate, [1e-4] * 6 + [1e-3] * 6, rtol=1e-6)
+    np.testing.assert_allclose(hp.clip_eps[:6], [0.1, 0.1, 0.2, 0.2, 0.3, 0.3], rtol=1e-6)
+    np.testing.assert_allclose(hp.gamma, np.full(12, 0.99, np.float32))
+    keys = population_key_data(0, num_seeds=2, num_settings=6)
+    assert keys.shape[0] == 12 and (keys[:2] == keys[2:4]).all() and (keys[0] != keys[1]).any()
+
+
+@pytest.fixture(scope="module")
+def sweep_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep") / "run"
+    assert train.main([*SWEEP, *TINY, "--tensorboard", "--out", str(out)]) == 0
+    return out
+
+
+def test_sweep_3x2_with_4_seeds_is_one_call(sweep_run):
+    summary = json.loads((sweep_run / "summary.json").read_text())
+    assert summary["population"] == 24 and summary["num_settings"] == 6
+    assert summary["compiled_run_programs"] == 1  # one vmapped program for all 24 members
+    members = summary["members"]
+    assert len(members) == 6
+    assert [m["hp"] for m in members][:2] == [{"hp.learning_rate": 1e-4, "hp.clip_eps": 0.1},
+                                              {"hp.learning_rate": 1e-4, "hp.clip_eps": 0.2}]
+    for m in members:
+        finals = [f for f in m["final_return_per_seed"] if f is not None]
+        assert len(m["final_return_per_seed"]) == 4
+        np.testing.assert_allclose(m["final_return_mean"], np.mean(finals), rtol=1e-6)
+        lo, hi = m["final_return_mean_ci95"]
+        assert lo <= m["final_return_mean"] <= hi
+        assert m["final_return_iqm"] == pytest.approx(iqm(np.array(finals)))
+    best = max(range(6), key=lambda i: (members[i]["final_return_iqm"],
+                                        members[i]["final_return_mean"]))
+    assert summary["best"]["index"] == best and summary["best"]["hp"] == members[best]["hp"]
+    assert (sweep_run / "sweep.png").stat().st_size > 0
+
+    with (sweep_run / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 24 * 5
+    assert {"hp.learning_rate", "hp.clip_eps", "seed"} <= set(rows[0])
+    assert {r["hp.learning_rate"] for r in rows} == {"0.0001", "0.0003", "0.001"}
+    assert {r["seed"] for r in rows} == {"0", "1", "2", "3"}
+    # the learning rate each member actually used (annealed from its setting's value)
+    first = [r for r in rows if r["iteration"] == "0"]
+    for r in first:
+        assert float(r["ppo/learning_rate"]) == pytest.approx(float(r["hp.learning_rate"]),
+                                                              rel=1e-5)
+
+
+def test_sweep_member_equals_a_single_run(sweep_run, tmp_path):
+    out = tmp_path / "single"
+    assert train.main(["--seeds", "4", *TINY, "hp.learning_rate=1e-3", "hp.clip_eps=0.2",
+                       "--out", str(out)]) == 0
+    with (sweep_run / "metrics.csv").open() as f:
+        swept = [r for r in csv.DictReader(f)
+                 if r["hp.learning_rate"] == "0.001" and r["hp.clip_eps"] == "0.2"]
+    with (out / "metrics.csv").open() as f:
+        single = list(csv.DictReader(f))
+    assert len(swept) == len(single) == 4 * 5
+    for a, b in zip(swept, single, strict=True):
+        assert a["seed"] == b["seed"] and a["iteration"] == b["iteration"]
+        for name in ("episode/return_sum", "episode/count", "policy/loss", "value/loss"):
+            if name in b:
+                np.testing.assert_allclose(float(a[name]), float(b[name]), rtol=1e-4,
+                                           atol=1e-6)
+
+
+def test_tensorboard_events_written(sweep_run):
+    folders = sorted(p.name for p in (sweep_run / "tensorboard").iterdir())
+    assert len(folders) == 6 and "learning_rate=0.0001,clip_eps=0.1" in folders
+    events = list((sweep_run / "tensorboard").rglob("events.out.tfevents.*"))
+    assert len(events) == 6 and all(e.stat().st_size > 100 for e in events)
+
+
+def test_eval_and_gif_from_run_folder(sweep_run, capsys):
+    gif = sweep_run.parent / "episode.gif"
+    code = train.main(["eval", "--run", str(sweep_run), "--episodes", "3", "--max-steps", "30",
+                       "--gif", str(gif)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "greedy:" in out and "sampling:" in out and "+-" in out
+    assert out.count("greedy:") == 6  # one line per setting
+    from PIL import Image
+
+    with Image.open(gif) as im:
+        assert im.format == "GIF" and im.n_frames >= 2
+
+
+BAD = [
+    (["--sweep", "num_envs=4,8"], "--sweep num_envs: is a static field"),
+    (["--sweep", "hp.bogus=1,2"], "--sweep hp.bogus: unknown hyperparameter; allowed:"),
+    (["--sweep", "hp.learning_rate=fast,slow"], "value 'fast' is not a number"),
+    (["--sweep", "hp.learning_rate=-1,1e-3"], "hp.learning_rate: Input should be greater than 0"),
+    (["--sweep", "hp.gamma"], "expected hp.name=v1,v2"),
+    (["--sweep", "hp.gamma=0.9", "--sweep", "hp.gamma=0.99"], "given twice"),
+    (["--sweep", "hp.gamma=0.9,0.9"], "repeated value"),
+    (["--chunk-iterations", "0"], "--chunk-iterations: must be a positive integer"),
+    (["--devices", "0"], "--devices: must be a positive integer"),
+    (["--devices", "2"], "--devices: 2 is not between 1 and the 1 device(s) available"),
+    (["--resume", "no/such/run"], "--resume: 'no/such/run' is not a run folder"),
+    (["--shard", "rows"], "argument --shard: invalid choice"),
+    (["eval", "--run", "no/such/run"], "--run: 'no/such/run' is not a run folder"),
+    (["eval"], "the following arguments are required: --run"),
+    (["eval", "--run", ".", "--episodes", "0"], "--episodes: must be a positive integer"),
+]
+
+
+@pytest.mark.parametrize("argv, expected", BAD, ids=[b[1][:32] for b in BAD])
+def test_bad_flags_one_line_exit_2_nothing_written(argv, expected, tmp_path, capsys,
+                                                   monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    extra = [] if argv[0] == "eval" else ["--out", str(tmp_path / "run"), *TINY]
+    code = train.main([*argv, *extra])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err.startswith("error: ") and "\n" not in err, err
+    assert expected in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_parse_sweeps_refuses_static_fields_with_reason():
+    with pytest.raises(ConfigError, match="fixes a shape or a loop length"):
+        parse_sweeps(["hidden_sizes=1,2"])
