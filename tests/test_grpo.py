@@ -288,3 +288,15 @@ def test_cli_rejects_bad_grouping_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: num_envs:") and "\n" not in err
     assert not out.exists()
+
+
+def test_group_loss_weights_by_hand():
+    from rlax_trpo.algorithms.grpo import group_loss_weights
+
+    mask = jnp.ones((3, 5, 4)).at[1].set(0.0)  # group 1 masked out (zero variance)
+    w = group_loss_weights(mask, "mean")
+    np.testing.assert_allclose(w[0], 1.0 / (5 * 4 * 2))
+    np.testing.assert_array_equal(w[1], 0.0)
+    np.testing.assert_allclose(float(w.sum()), 1.0, rtol=1e-6)
+    w_sqrt = group_loss_weights(mask, "sqrt")
+    np.testing.assert_allclose(w_sqrt / w.clip(1e-30) * (w > 0), 2.0 * (w > 0), rtol=1e-6)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 import optax
@@ -147,6 +148,21 @@ def grpo_loss_terms(
     return surrogate, kl, ratio
 
 
+def group_loss_weights(mask: jax.Array, normalizer: str = "mean") -> jax.Array:
+    """Per-step loss weights of grouped data, `mask` `[n, T, G]` -> `[n, T, G]`.
+
+        w_{k,t,i} = m_{k,t,i} / (T * c(G) * n_active),   c(G) = G ("mean") or sqrt(G) ("sqrt")
+
+    so sum(w * l) = 1/n_active sum_groups 1/c(G) sum_i 1/T sum_t m l: the constant horizon T as
+    the length normaliser (Dr. GRPO, Liu et al. 2025), the group sum divided by c(G), and the
+    mean over the groups that are not masked out (zero-variance groups drop from the count).
+    """
+    chex.assert_rank(mask, 3)
+    _, horizon, group = mask.shape
+    active = jnp.maximum((mask.sum(axis=(1, 2)) > 0).sum(), 1.0)
+    return mask / (horizon * adv_lib.group_normalizer(group, normalizer) * active)
+
+
 def _regroup(x: jax.Array, group_size: int) -> jax.Array:
     """`[T, N*G, ...]` -> `[N, T, G, ...]` (one leading row per group)."""
     t, b = x.shape[:2]
@@ -168,7 +184,6 @@ def make_grpo(config: Config, networks: Networks) -> Algorithm:
     check_grpo_config(config)
     g = config.group_size
     optimizer = make_optimizer(config)
-    norm = adv_lib.group_normalizer(g, config.group_normalizer)
 
     def init(params: Params, hp: HParams) -> GRPOState:
         return GRPOState(optimizer.init(params.policy), params.policy, jnp.zeros((), jnp.int32))
@@ -197,9 +212,7 @@ def make_grpo(config: Config, networks: Networks) -> Algorithm:
             config.kl_estimator,
         )
         entropy = dist.entropy()
-        horizon = mb.mask.shape[1]
-        active_groups = jnp.maximum((mb.mask.sum(axis=(1, 2)) > 0).sum(), 1.0)
-        weight = mb.mask / (horizon * norm * active_groups)
+        weight = group_loss_weights(mb.mask, config.group_normalizer)
         total = jnp.sum(weight * (surrogate + kl_beta * kl - hp.ent_coef * entropy))
         low, high = losses.clip_fractions(
             ratio, mb.advantage, hp.clip_eps_low, hp.clip_eps_high, mb.mask
