@@ -52,8 +52,9 @@ def _abstract_savable(target: Any) -> Any:
 
 
 def _wrap_keys(target: Any, restored: Any) -> Any:
-    return jax.tree.map(lambda t, r: jax.random.wrap_key_data(r) if _is_key(t) else r,
-                        target, restored)
+    return jax.tree.map(
+        lambda t, r: jax.random.wrap_key_data(r) if _is_key(t) else r, target, restored
+    )
 
 
 # ---------------------------------------------------------------- step checkpoints
@@ -119,23 +120,30 @@ def latest_step(ckpt_dir: str | Path) -> Path:
     if not ckpt_dir.is_dir():
         raise CheckpointError(f"no checkpoint folder at {str(ckpt_dir)!r}")
     if not pointer.is_file():
-        raise CheckpointError(f"checkpoint {str(ckpt_dir)!r} has no LATEST file (not a "
-                              f"checkpoint, or its first write never finished)")
+        raise CheckpointError(
+            f"checkpoint {str(ckpt_dir)!r} has no LATEST file (not a "
+            f"checkpoint, or its first write never finished)"
+        )
     step = ckpt_dir / pointer.read_text().strip()
     if not step.name.startswith("iter_") or not step.is_dir():
-        raise CheckpointError(f"checkpoint {str(ckpt_dir)!r} is corrupt: LATEST names "
-                              f"{step.name!r}, which does not exist")
+        raise CheckpointError(
+            f"checkpoint {str(ckpt_dir)!r} is corrupt: LATEST names "
+            f"{step.name!r}, which does not exist"
+        )
     try:
         expected = json.loads((step / "MANIFEST.json").read_text())
     except (OSError, ValueError):
-        raise CheckpointError(f"checkpoint {str(step)!r} is corrupt: unreadable "
-                              f"MANIFEST.json") from None
+        raise CheckpointError(
+            f"checkpoint {str(step)!r} is corrupt: unreadable MANIFEST.json"
+        ) from None
     actual = _manifest(step)
     if actual != expected:
-        bad = sorted(set(expected) ^ set(actual) | {k for k in expected
-                                                   if actual.get(k) != expected[k]})
-        raise CheckpointError(f"checkpoint {str(step)!r} is corrupt: {bad[0]} does not match "
-                              f"its recorded checksum")
+        bad = sorted(
+            set(expected) ^ set(actual) | {k for k in expected if actual.get(k) != expected[k]}
+        )
+        raise CheckpointError(
+            f"checkpoint {str(step)!r} is corrupt: {bad[0]} does not match its recorded checksum"
+        )
     return step
 
 
@@ -144,8 +152,9 @@ def read_meta(ckpt_dir: str | Path) -> dict[str, Any]:
     return json.loads((latest_step(ckpt_dir) / "meta.json").read_text())
 
 
-def restore_step(ckpt_dir: str | Path, target: Any) -> tuple[Any, dict[str, np.ndarray],
-                                                             dict[str, Any]]:
+def restore_step(
+    ckpt_dir: str | Path, target: Any
+) -> tuple[Any, dict[str, np.ndarray], dict[str, Any]]:
     """(state, metrics, meta) of the latest step; `target` gives the state's structure.
 
     `target` may be concrete or abstract (`jax.eval_shape`); restored leaves are host-side
@@ -167,8 +176,9 @@ def restore_step(ckpt_dir: str | Path, target: Any) -> tuple[Any, dict[str, np.n
         raise
     except Exception as err:  # orbax raises many types; report one line
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"checkpoint {str(step)!r} cannot be restored into this run's "
-                              f"state: {first[:200]}") from None
+        raise CheckpointError(
+            f"checkpoint {str(step)!r} cannot be restored into this run's state: {first[:200]}"
+        ) from None
     restored = jax.tree.map(np.asarray, restored)
     with np.load(step / "metrics.npz") as data:
         metrics = {k: data[k] for k in data.files}
@@ -180,13 +190,17 @@ def _check_structure(saved: Any, abstract: Any, step: Path) -> None:
     wanted = _shapes_by_path(abstract)
     if set(saved_shapes) != set(wanted):
         extra = sorted(set(saved_shapes) ^ set(wanted))
-        raise CheckpointError(f"checkpoint {str(step)!r} does not match this run: its state "
-                              f"has {len(saved_shapes)} arrays, the run's {len(wanted)} "
-                              f"(first difference: {extra[0]})")
+        raise CheckpointError(
+            f"checkpoint {str(step)!r} does not match this run: its state "
+            f"has {len(saved_shapes)} arrays, the run's {len(wanted)} "
+            f"(first difference: {extra[0]})"
+        )
     for name, shape in wanted.items():
         if saved_shapes[name] != shape:
-            raise CheckpointError(f"checkpoint {str(step)!r} does not match this run: {name} "
-                                  f"has shape {saved_shapes[name]}, expected {shape}")
+            raise CheckpointError(
+                f"checkpoint {str(step)!r} does not match this run: {name} "
+                f"has shape {saved_shapes[name]}, expected {shape}"
+            )
 
 
 def _shapes_by_path(tree: Any) -> dict[str, tuple[int, ...]]:
@@ -196,15 +210,22 @@ def _shapes_by_path(tree: Any) -> dict[str, tuple[int, ...]]:
                 return str(getattr(entry, attr))
         return str(entry)
 
-    return {".".join(name(e) for e in path): tuple(getattr(leaf, "shape", ()))
-            for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
+    return {
+        ".".join(name(e) for e in path): tuple(getattr(leaf, "shape", ()))
+        for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
+    }
 
 
 # ---------------------------------------------------------------- simple API
 
 
-def save(path: str | Path, state: Any, config: Config, metrics: Mapping[str, Any] | None = None,
-         meta: Mapping[str, Any] | None = None) -> None:
+def save(
+    path: str | Path,
+    state: Any,
+    config: Config,
+    metrics: Mapping[str, Any] | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> None:
     """Write `state` (any pytree, e.g. a TrainState) and `config.yaml` under `path`."""
     meta = dict(meta or {})
     meta.setdefault("iterations_done", int(np.max(np.asarray(getattr(state, "iteration", 0)))))
@@ -224,5 +245,4 @@ def load_config(path: str | Path) -> Config:
     try:
         return Config.create(**yaml.safe_load(file.read_text()))
     except yaml.YAMLError:
-        raise CheckpointError(f"checkpoint {str(path)!r}: config.yaml is not valid YAML") \
-            from None
+        raise CheckpointError(f"checkpoint {str(path)!r}: config.yaml is not valid YAML") from None

@@ -17,7 +17,11 @@ from rlax_trpo.types import TrainState
 
 
 def make_evaluate(
-    config: Config, env: Env, networks: Networks, num_episodes: int, greedy: bool = True,
+    config: Config,
+    env: Env,
+    networks: Networks,
+    num_episodes: int,
+    greedy: bool = True,
     max_steps: int | None = None,
 ) -> Callable[[TrainState, jax.Array], jax.Array]:
     """`evaluate(state, key) -> returns [num_episodes]`: one full episode per parallel env.
@@ -62,7 +66,11 @@ class Episode(NamedTuple):
 
 
 def make_episode(
-    config: Config, env: Env, networks: Networks, greedy: bool = True, max_steps: int | None = None,
+    config: Config,
+    env: Env,
+    networks: Networks,
+    greedy: bool = True,
+    max_steps: int | None = None,
 ) -> Callable[[TrainState, jax.Array], Episode]:
     """`episode(state, key) -> Episode`: one environment, `max_steps` steps, states recorded.
 
@@ -84,8 +92,9 @@ def make_episode(
             dist = networks.policy(state.params.policy, transform(obs[None]))
             action = (dist.mode() if greedy else dist.sample(seed=k_act))[0]
             res = env.step(k_env, env_state, action)
-            return (res.state, res.obs), Episode(env_state, res.reward,
-                                                 res.terminated | res.truncated)
+            return (res.state, res.obs), Episode(
+                env_state, res.reward, res.terminated | res.truncated
+            )
 
         _, ep = jax.lax.scan(step, (env_state, obs), jax.random.split(k_run, horizon))
         return ep
@@ -109,8 +118,9 @@ def render_gif(config: Config, episode: Episode, path: str | Path) -> int:
     from rlax_trpo.errors import ConfigError
 
     if config.env not in gymnax.registered_envs:
-        raise ConfigError(f"--gif: {config.env} is not a gymnax environment; gymnax's "
-                          f"visualiser draws only those")
+        raise ConfigError(
+            f"--gif: {config.env} is not a gymnax environment; gymnax's visualiser draws only those"
+        )
     gym_env, params = gymnax.make(config.env)
     if config.env_kwargs:
         params = params.replace(**config.env_kwargs)

@@ -80,8 +80,10 @@ def write_metrics_csv(
         for s in range(num_members):
             for i in range(iters):
                 row = [seeds[s], i, (i + 1) * steps_per_iteration]
-                row += [_fmt(float(extra[k][s])) if isinstance(extra[k][s], float)
-                        else extra[k][s] for k in extra]
+                row += [
+                    _fmt(float(extra[k][s])) if isinstance(extra[k][s], float) else extra[k][s]
+                    for k in extra
+                ]
                 row += [_fmt(metrics[n][s, i]) for n in names]
                 writer.writerow(row)
 
@@ -98,8 +100,11 @@ def _jsonable(x: Any) -> Any:
     if isinstance(x, Mapping):
         return {k: _jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple, np.ndarray)):
-        return [_jsonable(v) for v in np.asarray(x).tolist()] if isinstance(x, np.ndarray) \
+        return (
+            [_jsonable(v) for v in np.asarray(x).tolist()]
+            if isinstance(x, np.ndarray)
             else [_jsonable(v) for v in x]
+        )
     if isinstance(x, (np.floating, float)):
         return None if not math.isfinite(float(x)) else float(x)
     if isinstance(x, np.integer):
@@ -164,7 +169,7 @@ def plot_members(
         with np.errstate(invalid="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             mean, std = np.nanmean(v, axis=0), np.nanstd(v, axis=0)
-        line, = ax.plot(steps, mean, label=label)
+        (line,) = ax.plot(steps, mean, label=label)
         if v.shape[0] > 1:
             ax.fill_between(steps, mean - std, mean + std, alpha=0.15, color=line.get_color())
     ax.set_xlabel("environment steps (per seed)")
@@ -186,8 +191,14 @@ class ProgressBar:
     begins at.
     """
 
-    def __init__(self, total_iterations: int, steps_per_iteration: int, enabled: bool = True,
-                 population: int = 1, start: int = 0):
+    def __init__(
+        self,
+        total_iterations: int,
+        steps_per_iteration: int,
+        enabled: bool = True,
+        population: int = 1,
+        start: int = 0,
+    ):
         self.total = total_iterations
         self.steps_per_iteration = steps_per_iteration
         self.population = population
@@ -201,8 +212,14 @@ class ProgressBar:
         if self.bar is None:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=self.total, initial=self.start, unit="it",
-                            disable=not self.enabled, dynamic_ncols=True, leave=True)
+            self.bar = tqdm(
+                total=self.total,
+                initial=self.start,
+                unit="it",
+                disable=not self.enabled,
+                dynamic_ncols=True,
+                leave=True,
+            )
         it = int(iteration) + 1
         ret = float(latest_return)
         self.returns.setdefault(it, []).append(ret)
@@ -214,8 +231,8 @@ class ProgressBar:
             rate = self.bar.format_dict.get("rate") or 0.0
             sps = rate * self.steps_per_iteration * self.population
             self.bar.set_postfix_str(
-                f"env_steps={it * self.steps_per_iteration:,} return={shown} "
-                f"steps/s={sps:,.0f}", refresh=False
+                f"env_steps={it * self.steps_per_iteration:,} return={shown} steps/s={sps:,.0f}",
+                refresh=False,
             )
         if len(self.returns) > 64:  # keep memory bounded
             for k in sorted(self.returns)[:-8]:
@@ -238,8 +255,9 @@ class TensorBoardWriter:
 
         self.writers = [SummaryWriter(str(Path(logdir) / _safe(label))) for label in labels]
 
-    def write(self, metrics: Mapping[str, np.ndarray], first_iteration: int,
-              steps_per_iteration: int) -> None:
+    def write(
+        self, metrics: Mapping[str, np.ndarray], first_iteration: int, steps_per_iteration: int
+    ) -> None:
         """Log iterations `first_iteration ...` of metrics `[settings x seeds, iters]`."""
         for name, values in metrics.items():
             per = values.reshape(len(self.writers), -1, values.shape[-1])

@@ -33,17 +33,18 @@ ENV_AXIS_FIELDS = ("env_state", "obs", "episode", "return_acc")
 
 
 def initialize_distributed(
-    coordinator_address: str | None = None, num_processes: int | None = None,
+    coordinator_address: str | None = None,
+    num_processes: int | None = None,
     process_id: int | None = None,
 ) -> None:
     """Join a multi-host run (`jax.distributed.initialize`); arguments left None are
     auto-detected on Cloud TPU, SLURM and Open MPI clusters."""
-    jax.distributed.initialize(coordinator_address=coordinator_address,
-                               num_processes=num_processes, process_id=process_id)
+    jax.distributed.initialize(
+        coordinator_address=coordinator_address, num_processes=num_processes, process_id=process_id
+    )
 
 
-def choose_num_devices(requested: int | None, population: int, num_envs: int,
-                       layout: str) -> int:
+def choose_num_devices(requested: int | None, population: int, num_envs: int, layout: str) -> int:
     """How many devices to use; a one-line `ConfigError` when the split cannot be even.
 
     With `requested=None` the population layout takes the most devices that divide the
@@ -51,16 +52,22 @@ def choose_num_devices(requested: int | None, population: int, num_envs: int,
     divide `num_envs`.
     """
     available = jax.device_count()
-    size, what = (population, "the population (settings x seeds)") if layout == "population" \
+    size, what = (
+        (population, "the population (settings x seeds)")
+        if layout == "population"
         else (num_envs, "num_envs")
+    )
     if requested is None:
         return max(d for d in range(1, available + 1) if size % d == 0)
     if requested < 1 or requested > available:
-        raise ConfigError(f"--devices: {requested} is not between 1 and the {available} "
-                          f"device(s) available")
+        raise ConfigError(
+            f"--devices: {requested} is not between 1 and the {available} device(s) available"
+        )
     if size % requested:
-        raise ConfigError(f"--devices: {what} = {size} is not divisible by {requested} "
-                          f"devices; choose a device count that divides {size}")
+        raise ConfigError(
+            f"--devices: {what} = {size} is not divisible by {requested} "
+            f"devices; choose a device count that divides {size}"
+        )
     return requested
 
 

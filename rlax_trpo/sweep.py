@@ -33,8 +33,9 @@ class Sweep(NamedTuple):
     @property
     def settings(self) -> list[dict[str, float]]:
         """The grid, first swept field outermost: one `{name: value}` dict per setting."""
-        return [dict(zip(self.names, combo, strict=True))
-                for combo in itertools.product(*self.values)]
+        return [
+            dict(zip(self.names, combo, strict=True)) for combo in itertools.product(*self.values)
+        ]
 
     def to_dict(self) -> dict[str, list[float]]:
         return {n: list(v) for n, v in zip(self.names, self.values, strict=True)}
@@ -60,17 +61,21 @@ def parse_sweeps(items: Sequence[str], base_hp: Mapping[str, Any] | None = None)
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not key or not text.strip():
-            raise ConfigError(f"--sweep {item!r}: expected hp.name=v1,v2,... "
-                              f"(e.g. hp.learning_rate=1e-4,3e-4)")
+            raise ConfigError(
+                f"--sweep {item!r}: expected hp.name=v1,v2,... (e.g. hp.learning_rate=1e-4,3e-4)"
+            )
         field = key.removeprefix("hp.")
         if field in ConfigModel.model_fields and not key.startswith("hp."):
             raise ConfigError(
                 f"--sweep {key}: is a static field (it fixes a shape or a loop length, so "
                 f"every value needs its own compile); only hp.* fields can be swept in one "
-                f"call: {', '.join('hp.' + k for k in sorted(HParamsModel.model_fields))}")
+                f"call: {', '.join('hp.' + k for k in sorted(HParamsModel.model_fields))}"
+            )
         if not key.startswith("hp.") or field not in HParamsModel.model_fields:
-            raise ConfigError(f"--sweep {key}: unknown hyperparameter; allowed: "
-                              f"{', '.join('hp.' + k for k in sorted(HParamsModel.model_fields))}")
+            raise ConfigError(
+                f"--sweep {key}: unknown hyperparameter; allowed: "
+                f"{', '.join('hp.' + k for k in sorted(HParamsModel.model_fields))}"
+            )
         if key in names:
             raise ConfigError(f"--sweep {key}: given twice; list all its values once")
         parsed = []
@@ -78,8 +83,10 @@ def parse_sweeps(items: Sequence[str], base_hp: Mapping[str, Any] | None = None)
             try:
                 parsed.append(float(word))
             except ValueError:
-                raise ConfigError(f"--sweep {key}: value {word.strip()!r} is not a number "
-                                  f"(expected {key}=v1,v2,...)") from None
+                raise ConfigError(
+                    f"--sweep {key}: value {word.strip()!r} is not a number "
+                    f"(expected {key}=v1,v2,...)"
+                ) from None
         if len(set(parsed)) != len(parsed):
             raise ConfigError(f"--sweep {key}: repeated value in {text!r}")
         for v in parsed:  # validate each value against the field's bounds
@@ -118,7 +125,10 @@ def iqm(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def bootstrap_ci(
-    x: np.ndarray, statistic=np.mean, num_resamples: int = 10_000, level: float = 0.95,
+    x: np.ndarray,
+    statistic=np.mean,
+    num_resamples: int = 10_000,
+    level: float = 0.95,
     seed: int = 0,
 ) -> tuple[float, float]:
     """Percentile bootstrap confidence interval of `statistic` over the values `x` (seeds).
@@ -134,7 +144,10 @@ def bootstrap_ci(
 
 
 def member_summaries(
-    finals: np.ndarray, sweep: Sweep, num_seeds: int, eval_returns: np.ndarray | None = None,
+    finals: np.ndarray,
+    sweep: Sweep,
+    num_seeds: int,
+    eval_returns: np.ndarray | None = None,
 ) -> tuple[list[dict[str, Any]], int | None]:
     """One summary per setting from per-member final returns `[settings x seeds]`.
 
@@ -150,21 +163,30 @@ def member_summaries(
         ok = f[np.isfinite(f)]
         entry: dict[str, Any] = {"index": i, "hp": values, "final_return_per_seed": f}
         if ok.size:
-            entry.update({
-                "final_return_mean": float(ok.mean()),
-                "final_return_std": float(ok.std()),
-                "final_return_iqm": float(iqm(ok)),
-                "final_return_mean_ci95": list(bootstrap_ci(ok, np.mean)),
-                "final_return_iqm_ci95": list(bootstrap_ci(ok, iqm)),
-                "seeds_with_episodes": int(ok.size),
-            })
+            entry.update(
+                {
+                    "final_return_mean": float(ok.mean()),
+                    "final_return_std": float(ok.std()),
+                    "final_return_iqm": float(iqm(ok)),
+                    "final_return_mean_ci95": list(bootstrap_ci(ok, np.mean)),
+                    "final_return_iqm_ci95": list(bootstrap_ci(ok, iqm)),
+                    "seeds_with_episodes": int(ok.size),
+                }
+            )
             key = (entry["final_return_iqm"], entry["final_return_mean"])
             if best_key is None or key > best_key:
                 best, best_key = i, key
         else:
-            entry.update({"final_return_mean": None, "final_return_std": None,
-                          "final_return_iqm": None, "final_return_mean_ci95": None,
-                          "final_return_iqm_ci95": None, "seeds_with_episodes": 0})
+            entry.update(
+                {
+                    "final_return_mean": None,
+                    "final_return_std": None,
+                    "final_return_iqm": None,
+                    "final_return_mean_ci95": None,
+                    "final_return_iqm_ci95": None,
+                    "seeds_with_episodes": 0,
+                }
+            )
         if eval_returns is not None:
             e = np.asarray(eval_returns, np.float64).reshape(len(settings), num_seeds, -1)[i]
             entry["eval_return_mean"] = float(e.mean())

@@ -50,10 +50,20 @@ def _rows(run: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("devices")
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
-           "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(out)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=900)
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONPATH": str(ROOT),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 

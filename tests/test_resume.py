@@ -19,8 +19,17 @@ from rlax_trpo import checkpoint, make_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 # 8 iterations of a tiny PPO run, checkpointed every 2.
-TINY = ["--seeds", "2", "--no-progress", "num_envs=4", "num_steps=16", "total_env_steps=512",
-        "num_epochs=1", "num_minibatches=1", "eval_episodes=2"]
+TINY = [
+    "--seeds",
+    "2",
+    "--no-progress",
+    "num_envs=4",
+    "num_steps=16",
+    "total_env_steps=512",
+    "num_epochs=1",
+    "num_minibatches=1",
+    "eval_episodes=2",
+]
 CHUNK = ["--chunk-iterations", "2"]
 
 
@@ -34,33 +43,34 @@ def _params(run_dir: Path):
 
 
 def _tree_hash(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
-def chunked_run(tmp_path_factory):
+def uninterrupted(tmp_path_factory):
+    """One compiled call for all 8 iterations (no chunks)."""
     out = tmp_path_factory.mktemp("ref") / "run"
-    assert train.main([*TINY, *CHUNK, "--out", str(out)]) == 0
+    assert train.main([*TINY, "--out", str(out)]) == 0
     return out
 
 
-def test_chunked_run_equals_unchunked_run(chunked_run, tmp_path):
-    out = tmp_path / "run"
-    assert train.main([*TINY, "--out", str(out)]) == 0
-    assert (out / "metrics.csv").read_bytes() == (chunked_run / "metrics.csv").read_bytes()
-    a, state = _params(out)
-    b, _ = _params(chunked_run)
-    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
-    assert int(state.iteration[0]) == 8
-
-
-def test_interrupt_then_resume_equals_uninterrupted(chunked_run, tmp_path):
+def test_interrupt_then_resume_equals_uninterrupted(uninterrupted, tmp_path):
+    """Chunks of 2, SIGTERM, --resume: the same parameters and metrics.csv, bit for bit, as
+    the run that compiled all 8 iterations into one call (so chunking is exact too)."""
     out = tmp_path / "run"
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *TINY, *CHUNK, "--out",
-                             str(out)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), *TINY, *CHUNK, "--out", str(out)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     # config.yaml appears once the signal handlers are installed (before compilation); the
     # run must honour SIGTERM after its first chunk and checkpoint, not die mid-way.
     deadline = time.time() + 240
@@ -75,33 +85,37 @@ def test_interrupt_then_resume_equals_uninterrupted(chunked_run, tmp_path):
     assert not (out / "summary.json").exists()
 
     assert train.main(["--resume", str(out), "--no-progress"]) == 0
-    assert (out / "metrics.csv").read_bytes() == (chunked_run / "metrics.csv").read_bytes()
-    a, _ = _params(out)
-    b, _ = _params(chunked_run)
+    assert (out / "metrics.csv").read_bytes() == (uninterrupted / "metrics.csv").read_bytes()
+    a, state = _params(out)
+    b, _ = _params(uninterrupted)
+    assert int(state.iteration[0]) == 8
     assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
-def _resumable_copy(chunked_run: Path, tmp_path: Path) -> Path:
+def _resumable_copy(uninterrupted: Path, tmp_path: Path) -> Path:
     run = tmp_path / "run"
-    shutil.copytree(chunked_run, run)
+    shutil.copytree(uninterrupted, run)
     (run / "summary.json").unlink()  # an unfinished run
     return run
 
 
-@pytest.mark.parametrize("damage, expected", [
-    ("flip", "is corrupt"),
-    ("latest", "is corrupt: LATEST names"),
-    ("no_latest", "has no LATEST file"),
-    ("config", "config.yaml differs"),
-])
-def test_corrupt_checkpoint_is_refused_and_kept(chunked_run, tmp_path, capsys, damage,
-                                                 expected):
-    run = _resumable_copy(chunked_run, tmp_path)
+@pytest.mark.parametrize(
+    "damage, expected",
+    [
+        ("flip", "is corrupt"),
+        ("latest", "is corrupt: LATEST names"),
+        ("no_latest", "has no LATEST file"),
+        ("config", "config.yaml differs"),
+    ],
+)
+def test_corrupt_checkpoint_is_refused_and_kept(uninterrupted, tmp_path, capsys, damage, expected):
+    run = _resumable_copy(uninterrupted, tmp_path)
     ckpt = run / "checkpoint"
     step = ckpt / (ckpt / "LATEST").read_text().strip()
     if damage == "flip":
-        victim = max((p for p in (step / "state").rglob("*") if p.is_file()),
-                     key=lambda p: p.stat().st_size)
+        victim = max(
+            (p for p in (step / "state").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size
+        )
         data = bytearray(victim.read_bytes())
         data[len(data) // 2] ^= 0xFF
         victim.write_bytes(bytes(data))
@@ -119,14 +133,17 @@ def test_corrupt_checkpoint_is_refused_and_kept(chunked_run, tmp_path, capsys, d
     assert _tree_hash(run) == before  # never overwritten
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["--seeds", "3"], "was made with seeds=2, not 3"),
-    (["--sweep", "hp.learning_rate=1e-3,1e-4"], "was made with sweep={}"),
-    (["num_envs=8"], "the given config differs"),
-    (["--out", "elsewhere"], "--out: a resumed run continues in its own folder"),
-])
-def test_mismatched_resume_is_refused(chunked_run, tmp_path, capsys, argv, expected):
-    run = _resumable_copy(chunked_run, tmp_path)
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--seeds", "3"], "was made with seeds=2, not 3"),
+        (["--sweep", "hp.learning_rate=1e-3,1e-4"], "was made with sweep={}"),
+        (["num_envs=8"], "the given config differs"),
+        (["--out", "elsewhere"], "--out: a resumed run continues in its own folder"),
+    ],
+)
+def test_mismatched_resume_is_refused(uninterrupted, tmp_path, capsys, argv, expected):
+    run = _resumable_copy(uninterrupted, tmp_path)
     before = _tree_hash(run)
     assert train.main(["--resume", str(run), "--no-progress", *argv]) == 2
     err = capsys.readouterr().err.strip()
@@ -134,6 +151,6 @@ def test_mismatched_resume_is_refused(chunked_run, tmp_path, capsys, argv, expec
     assert _tree_hash(run) == before
 
 
-def test_resume_of_a_finished_run_is_refused(chunked_run, capsys):
-    assert train.main(["--resume", str(chunked_run), "--no-progress"]) == 2
+def test_resume_of_a_finished_run_is_refused(uninterrupted, capsys):
+    assert train.main(["--resume", str(uninterrupted), "--no-progress"]) == 2
     assert "already complete" in capsys.readouterr().err

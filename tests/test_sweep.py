@@ -20,10 +20,23 @@ from rlax_trpo.sweep import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["--no-progress", "num_envs=4", "num_steps=16", "total_env_steps=320", "num_epochs=1",
-        "num_minibatches=1", "eval_episodes=2"]
-SWEEP = ["--seeds", "4", "--sweep", "hp.learning_rate=1e-4,3e-4,1e-3",
-         "--sweep", "hp.clip_eps=0.1,0.2"]
+TINY = [
+    "--no-progress",
+    "num_envs=4",
+    "num_steps=16",
+    "total_env_steps=320",
+    "num_epochs=1",
+    "num_minibatches=1",
+    "eval_episodes=2",
+]
+SWEEP = [
+    "--seeds",
+    "4",
+    "--sweep",
+    "hp.learning_rate=1e-4,3e-4,1e-3",
+    "--sweep",
+    "hp.clip_eps=0.1,0.2",
+]
 
 
 def test_iqm_and_bootstrap():
@@ -61,8 +74,10 @@ def test_sweep_3x2_with_4_seeds_is_one_call(sweep_run):
     assert summary["compiled_run_programs"] == 1  # one vmapped program for all 24 members
     members = summary["members"]
     assert len(members) == 6
-    assert [m["hp"] for m in members][:2] == [{"hp.learning_rate": 1e-4, "hp.clip_eps": 0.1},
-                                              {"hp.learning_rate": 1e-4, "hp.clip_eps": 0.2}]
+    assert [m["hp"] for m in members][:2] == [
+        {"hp.learning_rate": 1e-4, "hp.clip_eps": 0.1},
+        {"hp.learning_rate": 1e-4, "hp.clip_eps": 0.2},
+    ]
     for m in members:
         finals = [f for f in m["final_return_per_seed"] if f is not None]
         assert len(m["final_return_per_seed"]) == 4
@@ -70,8 +85,9 @@ def test_sweep_3x2_with_4_seeds_is_one_call(sweep_run):
         lo, hi = m["final_return_mean_ci95"]
         assert lo <= m["final_return_mean"] <= hi
         assert m["final_return_iqm"] == pytest.approx(iqm(np.array(finals)))
-    best = max(range(6), key=lambda i: (members[i]["final_return_iqm"],
-                                        members[i]["final_return_mean"]))
+    best = max(
+        range(6), key=lambda i: (members[i]["final_return_iqm"], members[i]["final_return_mean"])
+    )
     assert summary["best"]["index"] == best and summary["best"]["hp"] == members[best]["hp"]
     assert (sweep_run / "sweep.png").stat().st_size > 0
 
@@ -84,17 +100,25 @@ def test_sweep_3x2_with_4_seeds_is_one_call(sweep_run):
     # the learning rate each member actually used (annealed from its setting's value)
     first = [r for r in rows if r["iteration"] == "0"]
     for r in first:
-        assert float(r["ppo/learning_rate"]) == pytest.approx(float(r["hp.learning_rate"]),
-                                                              rel=1e-5)
+        assert float(r["ppo/learning_rate"]) == pytest.approx(
+            float(r["hp.learning_rate"]), rel=1e-5
+        )
 
 
 def test_sweep_member_equals_a_single_run(sweep_run, tmp_path):
     out = tmp_path / "single"
-    assert train.main(["--seeds", "4", *TINY, "hp.learning_rate=1e-3", "hp.clip_eps=0.2",
-                       "--out", str(out)]) == 0
+    assert (
+        train.main(
+            ["--seeds", "4", *TINY, "hp.learning_rate=1e-3", "hp.clip_eps=0.2", "--out", str(out)]
+        )
+        == 0
+    )
     with (sweep_run / "metrics.csv").open() as f:
-        swept = [r for r in csv.DictReader(f)
-                 if r["hp.learning_rate"] == "0.001" and r["hp.clip_eps"] == "0.2"]
+        swept = [
+            r
+            for r in csv.DictReader(f)
+            if r["hp.learning_rate"] == "0.001" and r["hp.clip_eps"] == "0.2"
+        ]
     with (out / "metrics.csv").open() as f:
         single = list(csv.DictReader(f))
     assert len(swept) == len(single) == 4 * 5
@@ -102,8 +126,7 @@ def test_sweep_member_equals_a_single_run(sweep_run, tmp_path):
         assert a["seed"] == b["seed"] and a["iteration"] == b["iteration"]
         for name in ("episode/return_sum", "episode/count", "policy/loss", "value/loss"):
             if name in b:
-                np.testing.assert_allclose(float(a[name]), float(b[name]), rtol=1e-4,
-                                           atol=1e-6)
+                np.testing.assert_allclose(float(a[name]), float(b[name]), rtol=1e-4, atol=1e-6)
 
 
 def test_tensorboard_events_written(sweep_run):
@@ -115,8 +138,9 @@ def test_tensorboard_events_written(sweep_run):
 
 def test_eval_and_gif_from_run_folder(sweep_run, capsys):
     gif = sweep_run.parent / "episode.gif"
-    code = train.main(["eval", "--run", str(sweep_run), "--episodes", "3", "--max-steps", "30",
-                       "--gif", str(gif)])
+    code = train.main(
+        ["eval", "--run", str(sweep_run), "--episodes", "3", "--max-steps", "30", "--gif", str(gif)]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     assert "greedy:" in out and "sampling:" in out and "+-" in out
@@ -147,8 +171,7 @@ BAD = [
 
 
 @pytest.mark.parametrize("argv, expected", BAD, ids=[b[1][:32] for b in BAD])
-def test_bad_flags_one_line_exit_2_nothing_written(argv, expected, tmp_path, capsys,
-                                                   monkeypatch):
+def test_bad_flags_one_line_exit_2_nothing_written(argv, expected, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     extra = [] if argv[0] == "eval" else ["--out", str(tmp_path / "run"), *TINY]
     code = train.main([*argv, *extra])
