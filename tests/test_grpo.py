@@ -300,3 +300,19 @@ def test_group_loss_weights_by_hand():
     np.testing.assert_allclose(float(w.sum()), 1.0, rtol=1e-6)
     w_sqrt = group_loss_weights(mask, "sqrt")
     np.testing.assert_allclose(w_sqrt / w.clip(1e-30) * (w > 0), 2.0 * (w > 0), rtol=1e-6)
+
+
+def test_group_minibatches_keep_groups_whole():
+    from rlax_trpo.algorithms.grpo import _Steps, group_minibatches
+
+    t, n, g, m = 5, 6, 4, 3
+    ids = jnp.broadcast_to(group_ids(n, g), (t, n * g))
+    vals = jnp.arange(t * n * g, dtype=jnp.float32).reshape(t, n * g)
+    steps = _Steps(vals[..., None], ids, vals, vals, vals, vals, vals, ids)
+    mbs = group_minibatches(steps, jax.random.key(0), g, m)
+    assert mbs.group_id.shape == (m, n // m, t, g)
+    blocks = np.asarray(mbs.group_id).reshape(n, t * g)
+    assert (blocks == blocks[:, :1]).all()  # one group per block, over all steps and members
+    assert sorted(blocks[:, 0].tolist()) == list(range(n))  # every group exactly once
+    # The data moved with its group id (column b = group * G + member).
+    np.testing.assert_array_equal(np.asarray(mbs.log_prob) % (n * g) // g, np.asarray(mbs.group_id))

@@ -72,6 +72,7 @@ class _Steps(NamedTuple):
     advantage: jax.Array
     mask: jax.Array
     alive: jax.Array
+    group_id: jax.Array
 
 
 def check_grpo_config(config: Config) -> None:
@@ -248,6 +249,7 @@ def make_grpo(config: Config, networks: Networks) -> Algorithm:
             batch.advantage,
             batch.mask,
             batch.alive,
+            batch.group_id,
         )
         lr = anneal(config, hp.learning_rate, state.updates)
         opt_state = set_learning_rate(state.opt_state, lr)
