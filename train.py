@@ -345,33 +345,33 @@ def _run_control(args: argparse.Namespace, raw: dict[str, Any], stop: _StopReque
     import yaml
 
     work = out if chunked else out.parent / f".{out.name}.tmp-{os.getpid()}"
-    if main_proc:
-        work.mkdir(parents=True, exist_ok=True)
-        (work / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
-        if args.tensorboard:
-            tb = mlib.TensorBoardWriter(work / "tensorboard", labels)
-
-    # Compile every chunk length this run needs, timed apart from running.
-    t0 = time.perf_counter()
-    if not resume:
-        state = init_fn(key_data, hps)
-    lengths = sorted({min(chunk, total - i) for i in range(start, total, chunk)})
-    compiled = {k: run_fn.lower(state, hps, k).compile() for k in lengths}
-    compile_s = time.perf_counter() - t0
-
-    run_facts = {
-        "config": config.to_dict(),
-        "seeds": seeds,
-        "seed": args.seed,
-        "sweep": sweep.to_dict(),
-        "num_iterations": total,
-        "chunk_iterations": chunk,
-        "population": population,
-    }
-    wall_s = float(meta.get("wall_seconds", 0.0))
-    compile_total = float(meta.get("compile_seconds", 0.0)) + compile_s
-    done = start
     try:
+        if main_proc:
+            work.mkdir(parents=True, exist_ok=True)
+            (work / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+            if args.tensorboard:
+                tb = mlib.TensorBoardWriter(work / "tensorboard", labels)
+
+        # Compile every chunk length this run needs, timed apart from running.
+        t0 = time.perf_counter()
+        if not resume:
+            state = init_fn(key_data, hps)
+        lengths = sorted({min(chunk, total - i) for i in range(start, total, chunk)})
+        compiled = {k: run_fn.lower(state, hps, k).compile() for k in lengths}
+        compile_s = time.perf_counter() - t0
+
+        run_facts = {
+            "config": config.to_dict(),
+            "seeds": seeds,
+            "seed": args.seed,
+            "sweep": sweep.to_dict(),
+            "num_iterations": total,
+            "chunk_iterations": chunk,
+            "population": population,
+        }
+        wall_s = float(meta.get("wall_seconds", 0.0))
+        compile_total = float(meta.get("compile_seconds", 0.0)) + compile_s
+        done = start
         while done < total:
             k = min(chunk, total - done)
             t0 = time.perf_counter()
