@@ -8,9 +8,12 @@ collectives; no `pmap`, no hand-written `psum`):
   population and the results equal a single-device run.
 - `"envs"`: one large run splits its environment axis (`[pop, num_envs, ...]` leaves of the
   carry: env states, observations, episode counters) over a mesh `("env",)`; parameters and
-  optimiser state are replicated. Means over the batch (losses, gradients, the
-  Fisher-vector products inside TRPO's conjugate gradient) become all-reduces that XLA
-  inserts; results equal a single-device run up to float summation order.
+  optimiser state are replicated. The environment steps and the rollout's forward passes
+  run split; where the update's batch stays split, XLA turns its means into all-reduces.
+  (With the time-major flatten in `algorithms.base.flatten_batch` the partitioner
+  all-gathers the trajectory and runs the update replicated; an env-major flatten keeps
+  it split, see docs/operations.md.) Results equal a single-device run up to float
+  rounding.
 
 Multi-host: call `initialize_distributed` (a thin wrapper of `jax.distributed.initialize`)
 in every process before anything else touches JAX; `jax.devices()` then lists the devices
