@@ -11,7 +11,7 @@ from rlax_trpo import checkpoint, make_trainer
 
 SUMMARY_KEYS = {"algorithm", "env", "num_seeds", "total_env_steps", "wall_seconds",
                 "compile_seconds", "env_steps_per_second", "final_return_mean",
-                "final_return_std", "eval_return_mean"}
+                "final_return_std", "eval_return_mean", "num_devices", "members"}
 
 
 def test_run_folder(tmp_path, capsys):
@@ -25,6 +25,7 @@ def test_run_folder(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert SUMMARY_KEYS <= set(summary)
     assert summary["num_seeds"] == 2 and summary["total_env_steps"] == 1280
+    assert summary["num_devices"] == 1 and len(summary["members"]) == 1  # no sweep: 1 setting
     with (out / "metrics.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 2 * 10  # a row per seed x iteration
