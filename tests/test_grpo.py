@@ -147,6 +147,9 @@ def test_k3_nonnegative_and_monte_carlo_mean_matches_exact_categorical_kl():
 # --- the update ---------------------------------------------------------------------------
 
 
+_TRAJECTORIES: dict = {}
+
+
 def _setup(**overrides):
     fields = dict(
         algorithm="grpo",
@@ -166,14 +169,18 @@ def _setup(**overrides):
     nets = make_networks(config, env.spec, with_value=False)
     algo = make_grpo(config, nets)
     params = nets.init(jax.random.key(0))
-    obs, state = grouped_reset(
-        env, jax.random.key(1), config.num_envs // config.group_size, config.group_size
-    )
-    stats = EpisodeStats(jnp.zeros(config.num_envs), jnp.zeros(config.num_envs, jnp.int32))
-    ro = algo.collect(
-        env, nets, params.policy, state, obs, stats, jax.random.key(2), config.num_steps
-    )
-    return config, nets, algo, params, ro.trajectory
+    # Every test here rolls out the same initial policy: collect once, reuse the trajectory.
+    layout = (config.num_envs, config.num_steps, config.group_size)
+    if layout not in _TRAJECTORIES:
+        obs, state = grouped_reset(
+            env, jax.random.key(1), config.num_envs // config.group_size, config.group_size
+        )
+        stats = EpisodeStats(jnp.zeros(config.num_envs), jnp.zeros(config.num_envs, jnp.int32))
+        ro = algo.collect(
+            env, nets, params.policy, state, obs, stats, jax.random.key(2), config.num_steps
+        )
+        _TRAJECTORIES[layout] = ro.trajectory
+    return config, nets, algo, params, _TRAJECTORIES[layout]
 
 
 def test_ratio_is_one_on_first_inner_epoch_and_metrics_present():
