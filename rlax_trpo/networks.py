@@ -28,8 +28,9 @@ _ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
 
 
 def _dense(features: int, gain: float) -> nn.Dense:
-    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(gain),
-                    bias_init=nn.initializers.zeros)
+    return nn.Dense(
+        features, kernel_init=nn.initializers.orthogonal(gain), bias_init=nn.initializers.zeros
+    )
 
 
 class Torso(nn.Module):

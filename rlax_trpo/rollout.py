@@ -57,9 +57,7 @@ def collect(
         done = jnp.logical_or(res.terminated, res.truncated)
         ep_return = episode.episode_return + res.reward
         ep_length = episode.episode_length + 1
-        new_episode = EpisodeStats(
-            jnp.where(done, 0.0, ep_return), jnp.where(done, 0, ep_length)
-        )
+        new_episode = EpisodeStats(jnp.where(done, 0.0, ep_return), jnp.where(done, 0, ep_length))
         transition = Trajectory(
             obs, action, log_prob, res.reward, res.terminated, res.truncated, res.final_obs
         )

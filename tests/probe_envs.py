@@ -74,8 +74,7 @@ class Probe(environment.Environment):
         else:
             raise ValueError(self.kind)
         new = ProbeState(obs=jnp.ones((1,)) if self.kind == "two_step" else state.obs, time=time)
-        return (self._obs(new), new, jnp.asarray(reward, jnp.float32), jnp.asarray(term),
-                {})
+        return (self._obs(new), new, jnp.asarray(reward, jnp.float32), jnp.asarray(term), {})
 
     def is_truncated(self, state, params):
         if self.kind == "timelimit_as_terminal":

@@ -9,19 +9,46 @@ import numpy as np
 import train
 from rlax_trpo import checkpoint, make_trainer
 
-SUMMARY_KEYS = {"algorithm", "env", "num_seeds", "total_env_steps", "wall_seconds",
-                "compile_seconds", "env_steps_per_second", "final_return_mean",
-                "final_return_std", "eval_return_mean", "num_devices", "members"}
+SUMMARY_KEYS = {
+    "algorithm",
+    "env",
+    "num_seeds",
+    "total_env_steps",
+    "wall_seconds",
+    "compile_seconds",
+    "env_steps_per_second",
+    "final_return_mean",
+    "final_return_std",
+    "eval_return_mean",
+    "num_devices",
+    "members",
+}
 
 
 def test_run_folder(tmp_path, capsys):
     out = tmp_path / "run"
-    code = train.main(["--seeds", "2", "--out", str(out), "--no-progress", "num_envs=4",
-                       "num_steps=32", "total_env_steps=1280", "eval_episodes=3"])
+    code = train.main(
+        [
+            "--seeds",
+            "2",
+            "--out",
+            str(out),
+            "--no-progress",
+            "num_envs=4",
+            "num_steps=32",
+            "total_env_steps=1280",
+            "eval_episodes=3",
+        ]
+    )
     assert code == 0
     names = {p.name for p in out.iterdir()}
-    assert {"config.yaml", "metrics.csv", "summary.json", "learning_curve.png",
-            "checkpoint"} <= names
+    assert {
+        "config.yaml",
+        "metrics.csv",
+        "summary.json",
+        "learning_curve.png",
+        "checkpoint",
+    } <= names
     summary = json.loads((out / "summary.json").read_text())
     assert SUMMARY_KEYS <= set(summary)
     assert summary["num_seeds"] == 2 and summary["total_env_steps"] == 1280
@@ -50,8 +77,18 @@ def test_run_folder(tmp_path, capsys):
 
 def test_divergence_is_reported_and_run_kept(tmp_path, capsys):
     out = tmp_path / "run"
-    code = train.main(["--out", str(out), "--no-progress", "num_envs=4", "num_steps=16",
-                       "total_env_steps=256", "hp.learning_rate=1e30", "hp.max_grad_norm=1e30"])
+    code = train.main(
+        [
+            "--out",
+            str(out),
+            "--no-progress",
+            "num_envs=4",
+            "num_steps=16",
+            "total_env_steps=256",
+            "hp.learning_rate=1e30",
+            "hp.max_grad_norm=1e30",
+        ]
+    )
     err = capsys.readouterr().err
     summary = json.loads((out / "summary.json").read_text())
     assert code == 1 and "diverged" in err and "iteration" in err

@@ -11,15 +11,17 @@ from rlax_trpo.metrics import final_returns, to_numpy
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SMALL = dict(num_envs=4, num_steps=16, total_env_steps=4 * 16 * 3, num_epochs=2,
-             num_minibatches=2)
+SMALL = dict(num_envs=4, num_steps=16, total_env_steps=4 * 16 * 3, num_epochs=2, num_minibatches=2)
 
 
-@pytest.mark.parametrize("extra", [
-    {},
-    {"normalize_obs": True, "normalize_reward": True, "advantage": "nstep", "n_step": 3},
-    {"env": "Pendulum-v1", "normalize_obs": True, "advantage": "mc", "clip_value_loss": True},
-])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"normalize_obs": True, "normalize_reward": True, "advantage": "nstep", "n_step": 3},
+        {"env": "Pendulum-v1", "normalize_obs": True, "advantage": "mc", "clip_value_loss": True},
+    ],
+)
 def test_first_minibatch_ratio_is_one(extra):
     config = Config.create(**{**SMALL, "total_env_steps": 4 * 16 * 6, **extra})
     _, metrics = jax.jit(make_train(config))(jax.random.key(0), config.hp)

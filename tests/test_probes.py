@@ -16,9 +16,16 @@ register_probes()
 
 def _train(kind, iterations, gamma=0.9, lr=1e-2, **extra):
     config = Config.create(
-        env=f"Probe-{kind}", num_envs=8, num_steps=16, total_env_steps=8 * 16 * iterations,
-        num_epochs=4, num_minibatches=2, hidden_sizes=[16], anneal_lr=False,
-        hp=dict(gamma=gamma, learning_rate=lr, max_grad_norm=100.0, ent_coef=0.0), **extra,
+        env=f"Probe-{kind}",
+        num_envs=8,
+        num_steps=16,
+        total_env_steps=8 * 16 * iterations,
+        num_epochs=4,
+        num_minibatches=2,
+        hidden_sizes=[16],
+        anneal_lr=False,
+        hp=dict(gamma=gamma, learning_rate=lr, max_grad_norm=100.0, ent_coef=0.0),
+        **extra,
     )
     trainer = make_trainer(config)
     state, metrics = jax.jit(trainer.train)(jax.random.key(0), config.hp)

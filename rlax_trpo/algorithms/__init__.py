@@ -24,15 +24,17 @@ def make_algorithm(config, networks) -> Algorithm:
     try:
         module_name, factory = REGISTRY[config.algorithm]
     except KeyError:
-        raise ConfigError(f"algorithm: unknown {config.algorithm!r}; allowed: "
-                          f"{', '.join(REGISTRY)}") from None
+        raise ConfigError(
+            f"algorithm: unknown {config.algorithm!r}; allowed: {', '.join(REGISTRY)}"
+        ) from None
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
         if err.name != module_name:
             raise
-        raise ConfigError(f"algorithm: {config.algorithm!r} is not available in this "
-                          "version") from None
+        raise ConfigError(
+            f"algorithm: {config.algorithm!r} is not available in this version"
+        ) from None
     return getattr(module, factory)(config, networks)
 
 
