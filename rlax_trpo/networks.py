@@ -33,6 +33,21 @@ def _dense(features: int, gain: float) -> nn.Dense:
     )
 
 
+def patches_3x3(x: jax.Array) -> jax.Array:
+    """`[..., H, W, C]` -> `[..., H, W, 9 C]`: each pixel's zero-padded 3x3 neighbourhood.
+
+    A Dense layer on these patches is a 3x3 'SAME' convolution with stride 1. We build it
+    from slices because `nn.Conv` inside the training scan ran 35x slower on jaxlib 0.10's
+    CPU backend (97 s against 2.8 s per Breakout-MinAtar PPO iteration, 128 envs x 128
+    steps); for 10x10 MinAtar images the matmul form is cheap on every backend.
+    """
+    h, w = x.shape[-3], x.shape[-2]
+    pad = [(0, 0)] * (x.ndim - 3) + [(1, 1), (1, 1), (0, 0)]
+    xp = jnp.pad(x, pad)
+    shifts = [xp[..., i : i + h, j : j + w, :] for i in range(3) for j in range(3)]
+    return jnp.concatenate(shifts, axis=-1)
+
+
 class Torso(nn.Module):
     """MLP on flat observations, or a small CNN (MinAtar: 10x10xC images) then an MLP."""
 
@@ -45,8 +60,7 @@ class Torso(nn.Module):
         act = _ACTIVATIONS[self.activation]
         x = obs
         if self.cnn:
-            x = nn.Conv(16, (3, 3), kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x)
-            x = nn.relu(x)
+            x = nn.relu(_dense(16, np.sqrt(2))(patches_3x3(x)))  # a 3x3 'SAME' convolution
             x = x.reshape(x.shape[:-3] + (-1,))
         for size in self.hidden_sizes:
             x = act(_dense(size, np.sqrt(2))(x))
