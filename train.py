@@ -605,7 +605,9 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from rlax_trpo.errors import ConfigError
+    from rlax_trpo.platform import apply_cpu_workarounds
 
+    apply_cpu_workarounds()  # before JAX starts its backend; see rlax_trpo/platform.py
     argv = sys.argv[1:] if argv is None else argv
     try:
         if argv[:1] == ["eval"]:

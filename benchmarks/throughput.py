@@ -13,15 +13,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rlax_trpo.platform import apply_cpu_workarounds  # noqa: E402
+
+apply_cpu_workarounds()  # as train.py; RLAX_TRPO_FAST_SCHEDULER=1 measures without it
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
 
 from rlax_trpo import Config, load_config, make_trainer  # noqa: E402
 from rlax_trpo import metrics as mlib  # noqa: E402
@@ -33,8 +38,9 @@ from rlax_trpo.rollout import reset_envs  # noqa: E402
 DEFAULT_RUNS = [(4, 128, 500_000), (64, 128, 2_000_000), (1024, 128, 4_194_304)]
 
 
-def env_only_steps_per_second(env_name: str, num_envs: int, num_steps: int, total: int,
-                              repeats: int = 2) -> float:
+def env_only_steps_per_second(
+    env_name: str, num_envs: int, num_steps: int, total: int, repeats: int = 2
+) -> float:
     """Random actions through the vmapped env step, as a scan of the same shape as training."""
     env = make_env(env_name)
     spec = env.spec
@@ -43,8 +49,9 @@ def env_only_steps_per_second(env_name: str, num_envs: int, num_steps: int, tota
     def random_action(key):
         if spec.discrete:
             return jax.random.randint(key, (num_envs,), 0, spec.num_actions)
-        return jax.random.uniform(key, (num_envs, spec.num_actions), minval=spec.action_low,
-                                  maxval=spec.action_high)
+        return jax.random.uniform(
+            key, (num_envs, spec.num_actions), minval=spec.action_low, maxval=spec.action_high
+        )
 
     def run(key):
         obs, state = reset_envs(env, key, num_envs)
@@ -52,12 +59,12 @@ def env_only_steps_per_second(env_name: str, num_envs: int, num_steps: int, tota
         def step(carry, k):
             state, acc = carry
             k_a, k_e = jax.random.split(k)
-            res = jax.vmap(env.step)(jax.random.split(k_e, num_envs), state,
-                                     random_action(k_a))
+            res = jax.vmap(env.step)(jax.random.split(k_e, num_envs), state, random_action(k_a))
             return (res.state, acc + res.reward.sum()), None
 
-        (_, acc), _ = jax.lax.scan(step, (state, jnp.zeros(())),
-                                   jax.random.split(key, iterations * num_steps))
+        (_, acc), _ = jax.lax.scan(
+            step, (state, jnp.zeros(())), jax.random.split(key, iterations * num_steps)
+        )
         return acc
 
     f = jax.jit(run).lower(jax.random.key(0)).compile()
@@ -83,14 +90,21 @@ def train_once(config: Config, seeds: int) -> dict:
     wall = time.perf_counter() - t0
     finals = mlib.final_returns(mlib.to_numpy(metrics))
     steps = config.num_iterations * config.batch_size * seeds
-    return {"env_steps_per_second": steps / wall, "compile_seconds": compile_s,
-            "wall_seconds": wall, "final_return_mean": float(np.nanmean(finals))}
+    return {
+        "env_steps_per_second": steps / wall,
+        "compile_seconds": compile_s,
+        "wall_seconds": wall,
+        "final_return_mean": float(np.nanmean(finals)),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", type=Path,
-                   help="YAML to start from (default: PureJaxRL's PPO CartPole settings)")
+    p.add_argument(
+        "--config",
+        type=Path,
+        help="YAML to start from (default: PureJaxRL's PPO CartPole settings)",
+    )
     p.add_argument("--algo", default=None, help="algorithm (ppo, trpo, npg, vpg, grpo)")
     p.add_argument("--env", default=None)
     p.add_argument("--num-envs", type=int, nargs="*", help="one or more widths")
@@ -104,8 +118,16 @@ def main(argv: list[str] | None = None) -> None:
         runs = [(n, args.num_steps or 128, args.total_steps or 500_000) for n in args.num_envs]
     else:
         runs = [(n, args.num_steps or s, args.total_steps or t) for n, s, t in DEFAULT_RUNS]
-    print(json.dumps({"device": jax.devices()[0].device_kind, "backend": jax.default_backend(),
-                      "jax": jax.__version__}))
+    print(
+        json.dumps(
+            {
+                "device": jax.devices()[0].device_kind,
+                "backend": jax.default_backend(),
+                "jax": jax.__version__,
+                "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
+            }
+        )
+    )
     for num_envs, num_steps, total in runs:
         extra = [f"num_envs={num_envs}", f"num_steps={num_steps}", f"total_env_steps={total}"]
         if args.algo:
@@ -114,16 +136,25 @@ def main(argv: list[str] | None = None) -> None:
             extra.append(f"env={args.env}")
         config = load_config(args.config, [*args.overrides, *extra])
         result = train_once(config, args.seeds)
-        reference = env_only_steps_per_second(config.env, num_envs, num_steps,
-                                              config.num_iterations * config.batch_size)
-        print(json.dumps({
-            "algorithm": config.algorithm, "env": config.env, "num_envs": num_envs,
-            "num_steps": num_steps, "total_env_steps": config.num_iterations
-            * config.batch_size, "seeds": args.seeds,
-            **{k: round(v, 3) for k, v in result.items()},
-            "env_only_random_steps_per_second": round(reference),
-            "training_over_env_only": round(result["env_steps_per_second"] / reference, 4),
-        }), flush=True)
+        reference = env_only_steps_per_second(
+            config.env, num_envs, num_steps, config.num_iterations * config.batch_size
+        )
+        print(
+            json.dumps(
+                {
+                    "algorithm": config.algorithm,
+                    "env": config.env,
+                    "num_envs": num_envs,
+                    "num_steps": num_steps,
+                    "total_env_steps": config.num_iterations * config.batch_size,
+                    "seeds": args.seeds,
+                    **{k: round(v, 3) for k, v in result.items()},
+                    "env_only_random_steps_per_second": round(reference),
+                    "training_over_env_only": round(result["env_steps_per_second"] / reference, 4),
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -5,3 +5,8 @@ from pathlib import Path
 # Tests import helpers (probe environments) from this folder.
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("RLAX_TRPO_SMALL", "1")
+
+# Before any test starts JAX's backend (notebook kernels inherit the environment too).
+from rlax_trpo.platform import apply_cpu_workarounds  # noqa: E402
+
+apply_cpu_workarounds()
