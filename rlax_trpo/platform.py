@@ -11,10 +11,11 @@ from collections.abc import MutableMapping
 
 # jaxlib 0.10's CPU backend can deadlock (every thread parked, the run never finishes) in
 # some vmapped training programs on this 2-core machine: PPO on Breakout-MinAtar with 2 seeds
-# and the TRPO notebook's vmapped runs hung every time, 1 seed never did. Turning off XLA's
-# concurrency-optimised scheduler removed every hang we reproduced; it costs speed (PPO
-# CartPole at PureJaxRL's settings: 66k instead of 118k env steps/s), so it can be switched
-# back on with RLAX_TRPO_FAST_SCHEDULER=1 at the risk of a hang.
+# hung every time (1 seed never did), the TRPO notebook's vmapped runs once in the test suite.
+# Turning off XLA's concurrency-optimised scheduler removed every hang we reproduced; it costs
+# some speed (benchmarks/throughput.py, PPO CartPole at PureJaxRL's settings: 80k instead of
+# 86k env steps/s), so it can be switched back on with RLAX_TRPO_FAST_SCHEDULER=1 at the risk
+# of a hang.
 SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 
 
