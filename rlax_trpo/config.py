@@ -283,8 +283,9 @@ def _maybe_number(text: str) -> Any:
         value = float(text)
     except ValueError:
         return text
-    return int(value) if value.is_integer() and "e" not in text.lower() and "." not in text \
-        else value
+    return (
+        int(value) if value.is_integer() and "e" not in text.lower() and "." not in text else value
+    )
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -301,8 +302,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys, not a "
-                          f"{type(data).__name__}")
+        raise ConfigError(
+            f"config file {str(path)!r} must hold a mapping of keys, not a {type(data).__name__}"
+        )
     return data
 
 

@@ -47,8 +47,9 @@ def check_env_name(name: str) -> None:
     if name not in names:
         close = difflib.get_close_matches(name, names, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(f"env: unknown environment {name!r}{hint}; valid names: "
-                          f"{', '.join(names)}")
+        raise ConfigError(
+            f"env: unknown environment {name!r}{hint}; valid names: {', '.join(names)}"
+        )
 
 
 class EnvSpec(NamedTuple):
@@ -102,8 +103,10 @@ def make_env(name: str, env_kwargs: dict[str, Any] | None = None, flatten: bool 
     if env_kwargs:
         unknown = sorted(set(env_kwargs) - set(vars(params)))
         if unknown:
-            raise ConfigError(f"env_kwargs.{unknown[0]}: not a parameter of {name}; allowed: "
-                              f"{', '.join(sorted(vars(params)))}")
+            raise ConfigError(
+                f"env_kwargs.{unknown[0]}: not a parameter of {name}; allowed: "
+                f"{', '.join(sorted(vars(params)))}"
+            )
         params = params.replace(**env_kwargs)
 
     obs_space = gym_env.observation_space(params)
@@ -123,8 +126,7 @@ def make_env(name: str, env_kwargs: dict[str, Any] | None = None, flatten: bool 
         # The policy's unclipped Gaussian sample is stored; the env gets it clipped.
         to_env_action = lambda a: jnp.clip(a, low, high).reshape(act_shape)
     else:
-        raise ConfigError(f"env: {name} has an unsupported action space "
-                          f"{type(act_space).__name__}")
+        raise ConfigError(f"env: {name} has an unsupported action space {type(act_space).__name__}")
     spec = spec._replace(max_episode_steps=int(getattr(params, "max_steps_in_episode", 0)))
 
     def prep(obs):

@@ -84,13 +84,23 @@ def make_trainer(config: Config, progress: ProgressFn | None = None) -> Trainer:
         key, k_rollout, k_update = jax.random.split(state.key, 3)
         transform = observe(state)
         rollout = algorithm.collect if algorithm.collect is not None else collect
-        ro = rollout(env, networks, state.params.policy, state.env_state, state.obs,
-                     state.episode, k_rollout, config.num_steps, transform)
+        ro = rollout(
+            env,
+            networks,
+            state.params.policy,
+            state.env_state,
+            state.obs,
+            state.episode,
+            k_rollout,
+            config.num_steps,
+            transform,
+        )
         traj = ro.trajectory
         obs_stats, return_stats, return_acc = state.obs_stats, state.return_stats, state.return_acc
         if config.normalize_reward:
-            return_acc, returns = discounted_return_trace(return_acc, traj.reward, ro.done,
-                                                          hp.gamma)
+            return_acc, returns = discounted_return_trace(
+                return_acc, traj.reward, ro.done, hp.gamma
+            )
             return_stats = return_stats.update(returns.reshape(-1))
             traj = traj._replace(reward=return_stats.scale(traj.reward))
         # The learner sees exactly what the acting policy saw.
@@ -109,21 +119,24 @@ def make_trainer(config: Config, progress: ProgressFn | None = None) -> Trainer:
         keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
         params = keep(params, state.params)
         algo_state = keep(algo_state, state.algo_state)
-        diverged_at = jnp.where((state.diverged_at < 0) & ~finite, state.iteration,
-                                state.diverged_at)
+        diverged_at = jnp.where(
+            (state.diverged_at < 0) & ~finite, state.iteration, state.diverged_at
+        )
 
         count = ro.done.sum()
         mean_return = ro.finished_return.sum() / jnp.maximum(count, 1)
         last_return = jnp.where(count > 0, mean_return, state.last_return)
         metrics = {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
-        metrics.update({
-            "episode/return": last_return,
-            "episode/count": count.astype(jnp.float32),
-            "episode/return_sum": ro.finished_return.sum(),
-            "episode/length": ro.finished_length.sum() / jnp.maximum(count, 1),
-            "train/reward": traj.reward.mean(),
-            "train/finite": finite.astype(jnp.float32),
-        })
+        metrics.update(
+            {
+                "episode/return": last_return,
+                "episode/count": count.astype(jnp.float32),
+                "episode/return_sum": ro.finished_return.sum(),
+                "episode/length": ro.finished_length.sum() / jnp.maximum(count, 1),
+                "train/reward": traj.reward.mean(),
+                "train/finite": finite.astype(jnp.float32),
+            }
+        )
         if progress is not None:
             jax.debug.callback(progress, state.iteration, last_return)
         new_state = state.replace(
@@ -161,6 +174,9 @@ def make_train(config: Config, progress: ProgressFn | None = None):
 
 
 def _all_finite(tree) -> jax.Array:
-    leaves = [jnp.isfinite(x).all() for x in jax.tree.leaves(tree)
-              if jnp.issubdtype(x.dtype, jnp.floating)]
+    leaves = [
+        jnp.isfinite(x).all()
+        for x in jax.tree.leaves(tree)
+        if jnp.issubdtype(x.dtype, jnp.floating)
+    ]
     return jnp.stack(leaves).all() if leaves else jnp.asarray(True)

@@ -21,9 +21,7 @@ EXPECTED = {
 def rlax_style_gae(lam, jit):
     def f(r, v, d):
         # time-major: [T, B]
-        return adv.generalized_advantage_estimation(
-            r.T, v[:, :-1].T, v[:, 1:].T, d.T, lam * d.T
-        ).T
+        return adv.generalized_advantage_estimation(r.T, v[:, :-1].T, v[:, 1:].T, d.T, lam * d.T).T
 
     return (jax.jit(f) if jit else f)(R, V, D)
 
@@ -133,10 +131,12 @@ def test_n_step_equals_plain_loop(n):
 def test_n_step_limits():
     batch = _random_rollout(jax.random.key(4))
     n_step = jax.jit(adv.n_step_from_env, static_argnums=(6,))
-    np.testing.assert_allclose(n_step(*batch, 0.9, 1),
-                               adv.gae_from_env(*batch, 0.9, 0.0), atol=1e-5)
-    np.testing.assert_allclose(n_step(*batch, 0.9, 100),
-                               adv.monte_carlo_from_env(*batch, 0.9), atol=1e-4)
+    np.testing.assert_allclose(
+        n_step(*batch, 0.9, 1), adv.gae_from_env(*batch, 0.9, 0.0), atol=1e-5
+    )
+    np.testing.assert_allclose(
+        n_step(*batch, 0.9, 100), adv.monte_carlo_from_env(*batch, 0.9), atol=1e-4
+    )
 
 
 def test_truncation_bootstraps_termination_does_not():

@@ -41,12 +41,26 @@ def test_config_is_frozen_hashable_and_hp_is_a_pytree():
 
 
 def test_overrides_parse_yaml_values():
-    got = parse_overrides(["num_envs=64", "hp.learning_rate=1e-3", "hidden_sizes=[32,32]",
-                           "normalize_obs=true", "env=Acrobot-v1"])
-    assert got == {"num_envs": 64, "hp.learning_rate": 1e-3, "hidden_sizes": [32, 32],
-                   "normalize_obs": True, "env": "Acrobot-v1"}
-    config = load_config(ROOT / "configs" / "ppo_cartpole.yaml",
-                         ["num_envs=64", "hp.learning_rate=1e-3", "env=Acrobot-v1"])
+    got = parse_overrides(
+        [
+            "num_envs=64",
+            "hp.learning_rate=1e-3",
+            "hidden_sizes=[32,32]",
+            "normalize_obs=true",
+            "env=Acrobot-v1",
+        ]
+    )
+    assert got == {
+        "num_envs": 64,
+        "hp.learning_rate": 1e-3,
+        "hidden_sizes": [32, 32],
+        "normalize_obs": True,
+        "env": "Acrobot-v1",
+    }
+    config = load_config(
+        ROOT / "configs" / "ppo_cartpole.yaml",
+        ["num_envs=64", "hp.learning_rate=1e-3", "env=Acrobot-v1"],
+    )
     assert config.num_envs == 64 and config.env == "Acrobot-v1"
     assert float(config.hp.learning_rate) == pytest.approx(1e-3)
 
@@ -71,8 +85,7 @@ BAD_INPUTS = [
 
 
 @pytest.mark.parametrize("argv, expected", BAD_INPUTS, ids=[b[1][:30] for b in BAD_INPUTS])
-def test_bad_input_one_line_exit_2_nothing_written(argv, expected, tmp_path, capsys,
-                                                   monkeypatch):
+def test_bad_input_one_line_exit_2_nothing_written(argv, expected, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     if argv[:2] == ["--config", "{malformed}"]:
         bad = tmp_path / "bad.yaml"
@@ -89,8 +102,12 @@ def test_bad_input_one_line_exit_2_nothing_written(argv, expected, tmp_path, cap
 
 def test_cli_exit_status_is_2_in_a_real_process(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), "num_envs=abc", "--out",
-                           str(out)], capture_output=True, text=True, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "num_envs=abc", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "num_envs" in proc.stderr
     assert not out.exists()
@@ -111,5 +128,6 @@ def test_hparams_create_validates():
 def test_embedded_default_equals_ppo_cartpole_yaml():
     import yaml
 
-    assert yaml.safe_load((ROOT / "configs" / "ppo_cartpole.yaml").read_text()) == \
-        train.DEFAULT_CONFIG
+    assert (
+        yaml.safe_load((ROOT / "configs" / "ppo_cartpole.yaml").read_text()) == train.DEFAULT_CONFIG
+    )
