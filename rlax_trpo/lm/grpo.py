@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from rlax_trpo import losses
 from rlax_trpo.advantages import group_relative_advantages
 from rlax_trpo.lm.model import ModelConfig, Transformer
 from rlax_trpo.lm.sampling import Completion, completion_logits, sample, token_logprobs
@@ -132,14 +133,7 @@ def kl_estimate(logp: jax.Array, ref_logp: jax.Array, estimator: str = "k3") -> 
       logp, ref_logp: `[B, C]` log-probabilities of the sampled tokens.
     """
     chex.assert_equal_shape([logp, ref_logp])
-    log_rho = ref_logp - logp
-    if estimator == "k1":
-        return -log_rho
-    if estimator == "k2":
-        return 0.5 * log_rho**2
-    if estimator == "k3":
-        return jnp.expm1(log_rho) - log_rho
-    raise ValueError(f"unknown kl_estimator {estimator!r}; use k1, k2, k3")
+    return losses.kl_estimate(ref_logp - logp, estimator)
 
 
 def clipped_token_objective(
