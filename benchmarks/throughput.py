@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rlax_trpo.platform import apply_cpu_workarounds  # noqa: E402
 
-apply_cpu_workarounds()  # as train.py; RLAX_TRPO_FAST_SCHEDULER=1 measures without it
+apply_cpu_workarounds()  # as train.py; RLAX_TRPO_CPU_POOL=all measures without it
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -35,6 +35,7 @@ from rlax_trpo.rollout import reset_envs  # noqa: E402
 
 # PureJaxRL's CartPole configuration at three widths (total steps grow with the width so
 # every run has enough iterations to time).
+PUREJAXRL = Path(__file__).resolve().parents[1] / "configs" / "ppo_cartpole_purejaxrl.yaml"
 DEFAULT_RUNS = [(4, 128, 500_000), (64, 128, 2_000_000), (1024, 128, 4_194_304)]
 
 
@@ -79,8 +80,12 @@ def env_only_steps_per_second(
 
 def train_once(config: Config, seeds: int) -> dict:
     trainer = make_trainer(config)
-    keys = jax.random.split(jax.random.key(0), seeds)
-    fn = jax.jit(jax.vmap(trainer.train, in_axes=(0, None)))
+    if seeds == 1:  # one run: jit(train) itself (a 1-seed vmap adds batch dimensions only)
+        keys = jax.random.key(0)
+        fn = jax.jit(trainer.train)
+    else:
+        keys = jax.random.split(jax.random.key(0), seeds)
+        fn = jax.jit(jax.vmap(trainer.train, in_axes=(0, None)))
     t0 = time.perf_counter()
     compiled = fn.lower(keys, config.hp).compile()
     compile_s = time.perf_counter() - t0
@@ -88,7 +93,7 @@ def train_once(config: Config, seeds: int) -> dict:
     _, metrics = compiled(keys, config.hp)
     jax.block_until_ready(metrics)
     wall = time.perf_counter() - t0
-    finals = mlib.final_returns(mlib.to_numpy(metrics))
+    finals = mlib.final_returns(mlib.to_numpy(metrics))  # adds the seed axis for one seed
     steps = config.num_iterations * config.batch_size * seeds
     return {
         "env_steps_per_second": steps / wall,
@@ -134,10 +139,13 @@ def main(argv: list[str] | None = None) -> None:
             extra.append(f"algorithm={args.algo}")
         if args.env:
             extra.append(f"env={args.env}")
-        config = load_config(args.config, [*args.overrides, *extra])
+        config = load_config(args.config or PUREJAXRL, [*args.overrides, *extra])
         result = train_once(config, args.seeds)
         reference = env_only_steps_per_second(
-            config.env, num_envs, num_steps, config.num_iterations * config.batch_size
+            config.env,
+            num_envs,
+            num_steps,
+            config.num_iterations * config.batch_size,
         )
         print(
             json.dumps(

@@ -1,32 +1,57 @@
-"""rlax_trpo: policy optimisation (VPG, NPG, TRPO, PPO, GRPO) compiled end to end in JAX."""
+"""rlax_trpo: policy optimisation (VPG, NPG, TRPO, PPO, GRPO) compiled end to end in JAX.
 
-from rlax_trpo.algorithms import Algorithm, make_algorithm
-from rlax_trpo.config import Config, HParams, load_config
-from rlax_trpo.envs import Env, EnvSpec, make_env
-from rlax_trpo.errors import ConfigError
-from rlax_trpo.networks import Networks, make_networks
-from rlax_trpo.training import Trainer, make_train, make_trainer
-from rlax_trpo.types import Batch, Params, TrainState, Trajectory
+The public names below load on first use (PEP 562), so `import rlax_trpo.platform` does not
+import gymnax, which starts JAX's backends at import: `rlax_trpo.platform` must run first.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Algorithm",
-    "Batch",
-    "Config",
-    "ConfigError",
-    "Env",
-    "EnvSpec",
-    "HParams",
-    "Networks",
-    "Params",
-    "TrainState",
-    "Trainer",
-    "Trajectory",
-    "load_config",
-    "make_algorithm",
-    "make_env",
-    "make_networks",
-    "make_train",
-    "make_trainer",
-]
+_EXPORTS = {
+    "Algorithm": "rlax_trpo.algorithms",
+    "make_algorithm": "rlax_trpo.algorithms",
+    "Config": "rlax_trpo.config",
+    "HParams": "rlax_trpo.config",
+    "load_config": "rlax_trpo.config",
+    "Env": "rlax_trpo.envs",
+    "EnvSpec": "rlax_trpo.envs",
+    "make_env": "rlax_trpo.envs",
+    "ConfigError": "rlax_trpo.errors",
+    "Networks": "rlax_trpo.networks",
+    "make_networks": "rlax_trpo.networks",
+    "Trainer": "rlax_trpo.training",
+    "make_train": "rlax_trpo.training",
+    "make_trainer": "rlax_trpo.training",
+    "Batch": "rlax_trpo.types",
+    "Params": "rlax_trpo.types",
+    "TrainState": "rlax_trpo.types",
+    "Trajectory": "rlax_trpo.types",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'rlax_trpo' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs
+    from rlax_trpo.algorithms import Algorithm, make_algorithm  # noqa: F401
+    from rlax_trpo.config import Config, HParams, load_config  # noqa: F401
+    from rlax_trpo.envs import Env, EnvSpec, make_env  # noqa: F401
+    from rlax_trpo.errors import ConfigError  # noqa: F401
+    from rlax_trpo.networks import Networks, make_networks  # noqa: F401
+    from rlax_trpo.training import Trainer, make_train, make_trainer  # noqa: F401
+    from rlax_trpo.types import Batch, Params, TrainState, Trajectory  # noqa: F401

@@ -1,7 +1,21 @@
-"""Host-side XLA settings that call sites apply before JAX starts its backend.
+"""Host-side setup that call sites apply before JAX starts its backend.
 
-Nothing here runs at import; `train.py`, the tests and the benchmarks call
+Nothing here runs at import; `train.py`, the tests, the benchmarks and the notebooks call
 `apply_cpu_workarounds()` first thing.
+
+jaxlib 0.10's CPU runtime can deadlock: every thread parked, the run never finishes. We
+reproduced it in vmapped training programs on the 2-core CPU these sessions run on:
+`jax.jit(jax.vmap(train))` over 2 seeds of a 3-iteration PPO CartPole run hung in 4 of 6
+fresh processes, PPO on Breakout-MinAtar with 2 seeds in every try, and it happened with and
+without XLA's concurrency-optimised scheduler, with XNNPACK/YNNPACK fusions off and with
+Eigen's multi-threading off. It never happened with the intra-op thread pool reduced to one
+thread (0 of 14 tiny runs, 2-seed Breakout finished in 81 s). XLA sizes that pool from the
+CPUs the process may run on when the backend starts, so `apply_cpu_workarounds` starts the
+backend while the process is pinned to one CPU and then restores the affinity. Independent
+thunks no longer run side by side, which cost nothing measurable here (PPO CartPole at
+PureJaxRL's settings ran faster: the pool's hand-offs cost more than they gained on these
+tiny kernels), but XLA's compiler then also runs on one thread: compile times grow by about
+60%. `RLAX_TRPO_CPU_POOL=all` skips it.
 """
 
 from __future__ import annotations
@@ -9,26 +23,50 @@ from __future__ import annotations
 import os
 from collections.abc import MutableMapping
 
-# jaxlib 0.10's CPU backend can deadlock (every thread parked, the run never finishes) in
-# some vmapped training programs on this 2-core machine: PPO on Breakout-MinAtar with 2 seeds
-# hung every time (1 seed never did), the TRPO notebook's vmapped runs once in the test suite.
-# Turning off XLA's concurrency-optimised scheduler removed every hang we reproduced; it costs
-# some speed (benchmarks/throughput.py, PPO CartPole at PureJaxRL's settings: 80k instead of
-# 86k env steps/s), so it can be switched back on with RLAX_TRPO_FAST_SCHEDULER=1 at the risk
-# of a hang.
-SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+OPT_OUT = "RLAX_TRPO_CPU_POOL"
 
 
 def apply_cpu_workarounds(environ: MutableMapping[str, str] = os.environ) -> bool:
-    """Add the scheduler flag to XLA_FLAGS unless the user set it or opted out.
+    """Start JAX's backends with a one-thread CPU intra-op pool (see the module docstring).
 
-    Must run before JAX initialises its backend (before the first computation). Returns
-    whether the flag was added.
+    Must run before JAX initialises its backend (before the first computation, `jax.devices`
+    included); afterwards it changes nothing. Returns whether the pool was restricted.
     """
-    flags = environ.get("XLA_FLAGS", "")
-    if environ.get("RLAX_TRPO_FAST_SCHEDULER") == "1":
+    if environ.get(OPT_OUT, "").lower() == "all":
         return False
-    if "xla_cpu_enable_concurrency_optimized_scheduler" in flags:
+    if not hasattr(os, "sched_getaffinity"):  # not Linux: leave XLA as it is
         return False
-    environ["XLA_FLAGS"] = f"{flags} {SCHEDULER_FLAG}".strip()
+    import jax  # deferred: importing this module must not import (or start) JAX
+
+    if _backends_started():
+        return False
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) <= 1:
+        return False
+    os.sched_setaffinity(0, {min(cpus)})
+    try:
+        jax.devices()  # creates the clients, and with them the intra-op thread pool
+    finally:
+        _restore_affinity(cpus)
     return True
+
+
+def _restore_affinity(cpus: set[int]) -> None:
+    """Give every thread of the process `cpus` again: threads started while the process was
+    pinned (XLA's pool among them) inherited the one-CPU mask, and the process-level call
+    only changes the calling thread."""
+    os.sched_setaffinity(0, cpus)
+    for tid in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else []:
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:  # the thread has exited meanwhile
+            pass
+
+
+def _backends_started() -> bool:
+    try:  # jax has no public query for this; without it the pinning is merely redundant
+        from jax._src import xla_bridge
+
+        return bool(xla_bridge.backends_are_initialized())
+    except (ImportError, AttributeError):
+        return False

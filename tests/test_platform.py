@@ -1,0 +1,73 @@
+"""The CPU workaround: a one-thread XLA intra-op pool, applied before JAX starts, opt-out."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PROBE = """
+import json, os, sys
+import rlax_trpo.platform as platform
+from jax._src import xla_bridge
+before = {"started": xla_bridge.backends_are_initialized(), "gymnax": "gymnax" in sys.modules}
+applied = platform.apply_cpu_workarounds()
+import jax, jax.numpy as jnp
+jax.jit(lambda x: (x @ x).sum())(jnp.ones((256, 256))).block_until_ready()
+tasks = os.listdir("/proc/self/task")
+names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in tasks]
+masks = [sorted(os.sched_getaffinity(int(t))) for t in tasks]
+print(json.dumps({**before, "applied": applied, "again": platform.apply_cpu_workarounds(),
+                  "pool_threads": names.count("tf_XLAEigen"),
+                  "affinity": sorted(os.sched_getaffinity(0)), "masks": masks}))
+"""
+
+linux_multicore = pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs Linux with at least 2 CPUs",
+)
+
+
+def _probe(**env):
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@linux_multicore
+def test_pool_has_one_thread_and_affinity_is_restored():
+    out = _probe()
+    # Importing rlax_trpo.platform must not import gymnax (which starts the backends).
+    assert out["started"] is False and out["gymnax"] is False
+    assert out["applied"] is True and out["again"] is False  # a second call changes nothing
+    assert out["pool_threads"] == 1
+    # Every thread, XLA's pool included, may run on all CPUs again.
+    assert out["affinity"] == sorted(os.sched_getaffinity(0))
+    assert all(m == out["affinity"] for m in out["masks"])
+
+
+@linux_multicore
+def test_opt_out_keeps_the_full_pool():
+    out = _probe(RLAX_TRPO_CPU_POOL="all")
+    assert out["applied"] is False
+    assert out["pool_threads"] == len(os.sched_getaffinity(0))
+
+
+def test_package_import_is_lazy_and_complete():
+    import rlax_trpo
+
+    for name in rlax_trpo.__all__:
+        assert getattr(rlax_trpo, name) is not None
+    with pytest.raises(AttributeError, match="no attribute"):
+        _ = rlax_trpo.not_a_name
