@@ -15,6 +15,10 @@ from __future__ import annotations
 import argparse
 import time
 
+from rlax_trpo.platform import apply_cpu_workarounds
+
+apply_cpu_workarounds()  # before JAX starts (see rlax_trpo/platform.py)
+
 import jax
 import jax.numpy as jnp
 

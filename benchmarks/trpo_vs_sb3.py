@@ -23,6 +23,10 @@ import platform
 import time
 from pathlib import Path
 
+from rlax_trpo.platform import apply_cpu_workarounds
+
+apply_cpu_workarounds()  # before JAX starts (see rlax_trpo/platform.py)
+
 import jax
 import numpy as np
 
