@@ -8,10 +8,12 @@ reproduced it in vmapped training programs on the 2-core CPU these sessions run 
 `jax.jit(jax.vmap(train))` over 2 seeds of a 3-iteration PPO CartPole run hung in 4 of 6
 fresh processes, PPO on Breakout-MinAtar with 2 seeds in every try, and it happened with and
 without XLA's concurrency-optimised scheduler, with XNNPACK/YNNPACK fusions off and with
-Eigen's multi-threading off. It never happened with the intra-op thread pool reduced to one
-thread (0 of 14 tiny runs, 2-seed Breakout finished in 81 s). XLA sizes that pool from the
-CPUs the process may run on when the backend starts, so `apply_cpu_workarounds` starts the
-backend while the process is pinned to one CPU and then restores the affinity. Independent
+Eigen's multi-threading off. It did not happen with the intra-op thread pool reduced to
+one thread (0 of 14 tiny runs on a quiet machine; one of 7 more, run while other heavy
+jobs shared the CPU, hit its 60 s timeout; 2-seed Breakout finished in 80 s). XLA sizes
+that pool from the CPUs the process may run on when the backend starts, so
+`apply_cpu_workarounds` starts the backend while the process is pinned to one CPU and then
+restores the affinity. Independent
 thunks no longer run side by side, which cost nothing measurable here (PPO CartPole at
 PureJaxRL's settings ran faster: the pool's hand-offs cost more than they gained on these
 tiny kernels), but XLA's compiler then also runs on one thread: compile times grow by about
