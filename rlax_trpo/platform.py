@@ -45,7 +45,10 @@ def apply_cpu_workarounds(environ: MutableMapping[str, str] = os.environ) -> boo
     cpus = os.sched_getaffinity(0)
     if len(cpus) <= 1:
         return False
-    os.sched_setaffinity(0, {min(cpus)})
+    try:
+        os.sched_setaffinity(0, {min(cpus)})
+    except OSError:  # not permitted here (some sandboxes): leave XLA as it is
+        return False
     try:
         jax.devices()  # creates the clients, and with them the intra-op thread pool
     finally:
