@@ -20,18 +20,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rlax_trpo.platform import apply_cpu_workarounds  # noqa: E402
+from rlax_trpo.platform import apply_cpu_workarounds
 
 apply_cpu_workarounds()  # as train.py; RLAX_TRPO_CPU_POOL=all measures without it
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-from rlax_trpo import Config, load_config, make_trainer  # noqa: E402
-from rlax_trpo import metrics as mlib  # noqa: E402
-from rlax_trpo.envs import make_env  # noqa: E402
-from rlax_trpo.rollout import reset_envs  # noqa: E402
+from rlax_trpo import Config, load_config, make_trainer
+from rlax_trpo import metrics as mlib
+from rlax_trpo.envs import make_env
+from rlax_trpo.rollout import reset_envs
 
 # PureJaxRL's CartPole configuration at three widths (total steps grow with the width so
 # every run has enough iterations to time).
@@ -142,10 +142,7 @@ def main(argv: list[str] | None = None) -> None:
         config = load_config(args.config or PUREJAXRL, [*args.overrides, *extra])
         result = train_once(config, args.seeds)
         reference = env_only_steps_per_second(
-            config.env,
-            num_envs,
-            num_steps,
-            config.num_iterations * config.batch_size,
+            config.env, num_envs, num_steps, config.num_iterations * config.batch_size
         )
         print(
             json.dumps(

@@ -13,11 +13,10 @@ one thread (0 of 14 tiny runs on a quiet machine; one of 7 more, run while other
 jobs shared the CPU, hit its 60 s timeout; 2-seed Breakout finished in 80 s). XLA sizes
 that pool from the CPUs the process may run on when the backend starts, so
 `apply_cpu_workarounds` starts the backend while the process is pinned to one CPU and then
-restores the affinity. Independent
-thunks no longer run side by side, which cost nothing measurable here (PPO CartPole at
-PureJaxRL's settings ran faster: the pool's hand-offs cost more than they gained on these
-tiny kernels), but XLA's compiler then also runs on one thread: compile times grow by about
-60%. `RLAX_TRPO_CPU_POOL=all` skips it.
+restores the affinity. Independent thunks no longer run side by side, which cost nothing
+measurable here (PPO CartPole at PureJaxRL's settings ran faster: the pool's hand-offs cost
+more than they gained on these tiny kernels), but XLA's compiler then also runs on one
+thread: compile times grow by about 60%. `RLAX_TRPO_CPU_POOL=all` skips it.
 """
 
 from __future__ import annotations
