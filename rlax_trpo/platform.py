@@ -17,6 +17,15 @@ restores the affinity. Independent thunks no longer run side by side, which cost
 measurable here (PPO CartPole at PureJaxRL's settings ran faster: the pool's hand-offs cost
 more than they gained on these tiny kernels), but XLA's compiler then also runs on one
 thread: compile times grow by about 60%. `RLAX_TRPO_CPU_POOL=all` skips it.
+
+`apply_cpu_workarounds` also makes the CPU lower JAX's threefry hash straight-line
+(`unroll_threefry_on_cpu`): jax lowers it on CPU, and only there, as a `fori_loop` of five
+rounds to save compile time, and inside a vmapped environment step (every gymnax reset draws
+a random start state) that loop runs with loop-carried copies, about 100 tiny kernels per
+draw, 128 draws per PPO iteration. Straight-line, XLA fuses the hash into one kernel; the
+bits are identical (the same uint32 arithmetic), PPO CartPole at PureJaxRL's settings ran
+about 6% faster (best of 2, three alternating pairs: 136-137k vs 143-146k env steps/s) and
+compiled slightly faster. `RLAX_TRPO_THREEFRY=rolled` keeps jax's lowering.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import os
 from collections.abc import MutableMapping
 
 OPT_OUT = "RLAX_TRPO_CPU_POOL"
+THREEFRY_OPT_OUT = "RLAX_TRPO_THREEFRY"
 
 
 def apply_cpu_workarounds(environ: MutableMapping[str, str] = os.environ) -> bool:
@@ -32,7 +42,10 @@ def apply_cpu_workarounds(environ: MutableMapping[str, str] = os.environ) -> boo
 
     Must run before JAX initialises its backend (before the first computation, `jax.devices`
     included); afterwards it changes nothing. Returns whether the pool was restricted.
+    Also applies `unroll_threefry_on_cpu` (unless `RLAX_TRPO_THREEFRY=rolled`).
     """
+    if environ.get(THREEFRY_OPT_OUT, "").lower() != "rolled":
+        unroll_threefry_on_cpu()
     if environ.get(OPT_OUT, "").lower() == "all":
         return False
     if not hasattr(os, "sched_getaffinity"):  # not Linux: leave XLA as it is
@@ -74,3 +87,23 @@ def _backends_started() -> bool:
         return bool(xla_bridge.backends_are_initialized())
     except (ImportError, AttributeError):
         return False
+
+
+def unroll_threefry_on_cpu() -> bool:
+    """Lower `threefry2x32` on CPU as jax does on GPU: straight-line, no `fori_loop`.
+
+    Affects programs compiled afterwards; the random bits are the same either way. Uses
+    jax's private lowering table (there is no public switch); returns False and changes
+    nothing where that is not as expected.
+    """
+    try:
+        from jax._src.interpreters import mlir
+        from jax._src.random import threefry2x32 as threefry
+    except ImportError:
+        return False
+    rule = getattr(threefry, "_threefry2x32_lowering_rule", None)
+    primitive = getattr(threefry, "threefry2x32_p", None)
+    if rule is None or primitive is None:
+        return False
+    mlir.register_lowering(primitive, rule, platform="cpu")
+    return True

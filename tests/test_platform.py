@@ -71,3 +71,38 @@ def test_package_import_is_lazy_and_complete():
         assert getattr(rlax_trpo, name) is not None
     with pytest.raises(AttributeError, match="no attribute"):
         _ = rlax_trpo.not_a_name
+
+
+THREEFRY_PROBE = """
+import json
+import rlax_trpo.platform as platform
+platform.apply_cpu_workarounds()
+import jax
+keys = jax.random.split(jax.random.key(7), 5)
+draw = jax.jit(jax.vmap(lambda k: jax.random.uniform(k, (3,))))
+hlo = draw.lower(keys).compile().as_text()
+print(json.dumps({"bits": jax.random.bits(jax.random.key(3), (4,)).tolist(),
+                  "uniform": draw(keys).tolist(), "loops": hlo.count(" while(")}))
+"""
+
+
+def _threefry_probe(**env):
+    proc = subprocess.run(
+        [sys.executable, "-c", THREEFRY_PROBE],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_straight_line_threefry_draws_the_same_bits_without_a_loop():
+    unrolled = _threefry_probe()
+    rolled = _threefry_probe(RLAX_TRPO_THREEFRY="rolled")
+    assert rolled["loops"] >= 1  # jax's own CPU lowering: a fori_loop per hash
+    assert unrolled["loops"] == 0
+    assert unrolled["bits"] == rolled["bits"]
+    assert unrolled["uniform"] == rolled["uniform"]

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from rlax_trpo import advantages as adv_lib
+from rlax_trpo import shuffle
 from rlax_trpo.config import Config, HParams
 from rlax_trpo.networks import Networks
 from rlax_trpo.types import Batch, Metrics, Params, Trajectory
@@ -70,7 +71,7 @@ def flatten_batch(batch: Batch) -> Batch:
 def minibatches(batch: Batch, key: jax.Array, num_minibatches: int) -> Batch:
     """Shuffle a flat batch `[N, ...]` and split it into `[num_minibatches, N / M, ...]`."""
     n = batch.obs.shape[0]
-    perm = jax.random.permutation(key, n)
+    perm = shuffle.permutation(key, n)
     return jax.tree.map(
         lambda x: jnp.take(x, perm, axis=0).reshape((num_minibatches, -1) + x.shape[1:]), batch
     )

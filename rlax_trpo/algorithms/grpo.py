@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import optax
 
 from rlax_trpo import advantages as adv_lib
-from rlax_trpo import losses
+from rlax_trpo import losses, shuffle
 from rlax_trpo.algorithms.base import Algorithm, set_learning_rate
 from rlax_trpo.algorithms.ppo import anneal, make_optimizer
 from rlax_trpo.config import Config, HParams
@@ -175,7 +175,7 @@ def group_minibatches(steps: _Steps, key: jax.Array, group_size: int, num_miniba
     """Shuffle whole groups and split them: every leaf `[M, N/M, T, G, ...]`."""
     groups = jax.tree.map(lambda x: _regroup(x, group_size), steps)
     n = groups.obs.shape[0]
-    perm = jax.random.permutation(key, n)
+    perm = shuffle.permutation(key, n)
     return jax.tree.map(
         lambda x: jnp.take(x, perm, axis=0).reshape((num_minibatches, -1) + x.shape[1:]), groups
     )

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from rlax_trpo import losses
+from rlax_trpo import losses, shuffle
 from rlax_trpo.advantages import group_relative_advantages
 from rlax_trpo.lm.model import ModelConfig, Transformer
 from rlax_trpo.lm.sampling import Completion, completion_logits, sample, token_logprobs
@@ -324,7 +324,7 @@ def make_grpo(model_config: ModelConfig, task: Task, cfg: GRPOConfig) -> GRPO:
             return (params, opt_state), aux
 
         def epoch(carry, epoch_key):
-            perm = jax.random.permutation(epoch_key, batch_size)
+            perm = shuffle.permutation(epoch_key, batch_size)
             shuffled = jax.tree.map(
                 lambda x: x[perm].reshape((cfg.num_minibatches, -1) + x.shape[1:]), batch
             )
