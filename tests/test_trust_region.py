@@ -31,7 +31,8 @@ def tiny_policy(discrete=True, hidden=(5,)):
 
 def dense_kl_hessian(kl_fn, params):
     flat, unravel = ravel_pytree(params)
-    return jax.hessian(lambda x: kl_fn(unravel(x)))(flat), unravel
+    # The reference is always compiled (eager jax.hessian dispatches thousands of small ops).
+    return jax.jit(jax.hessian(lambda x: kl_fn(unravel(x))))(flat), unravel
 
 
 @pytest.mark.parametrize("mode", MODES)
