@@ -4,8 +4,8 @@
 pair with a generic compiled comparator but a single integer array with a specialised
 fast path. On the 2-core CPU (jax 0.10.2), `python benchmarks/shuffle.py` measured 13 us
 against 42 us at 256 elements, 43 us (two rounds) against 80 us at 512 and 156 us against
-724 us at 2048. PPO shuffles once per epoch, so this is several percent of
-a small CartPole run.
+724 us at 2048. PPO shuffles once per epoch: at PureJaxRL's CartPole settings that is
+four 512-element shuffles per 3-4 ms iteration.
 
 Packing: each element gets a uint32 whose high bits are random and whose low `ceil(log2 n)`
 bits are its index; one sort of those integers orders the indices by their random parts,
