@@ -32,9 +32,10 @@ linux_multicore = pytest.mark.skipif(
 )
 
 
-def _probe(**env):
+def _probe(script=PROBE, **env):
+    """Run `script` in a fresh interpreter (JAX not yet started) and parse its last line."""
     proc = subprocess.run(
-        [sys.executable, "-c", PROBE],
+        [sys.executable, "-c", script],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", **env},
         capture_output=True,
@@ -86,22 +87,9 @@ print(json.dumps({"bits": jax.random.bits(jax.random.key(3), (4,)).tolist(),
 """
 
 
-def _threefry_probe(**env):
-    proc = subprocess.run(
-        [sys.executable, "-c", THREEFRY_PROBE],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def test_straight_line_threefry_draws_the_same_bits_without_a_loop():
-    unrolled = _threefry_probe()
-    rolled = _threefry_probe(RLAX_TRPO_THREEFRY="rolled")
+    unrolled = _probe(THREEFRY_PROBE)
+    rolled = _probe(THREEFRY_PROBE, RLAX_TRPO_THREEFRY="rolled")
     assert rolled["loops"] >= 1  # jax's own CPU lowering: a fori_loop per hash
     assert unrolled["loops"] == 0
     assert unrolled["bits"] == rolled["bits"]
