@@ -32,7 +32,7 @@ import numpy as np
 
 from rlax_trpo import load_config, make_trainer
 from rlax_trpo.evaluate import make_evaluate
-from rlax_trpo.metrics import final_returns, to_numpy
+from rlax_trpo.stats import final_returns, to_numpy
 
 ROOT = Path(__file__).resolve().parents[1]
 EVAL_EPISODES = 10

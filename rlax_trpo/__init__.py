@@ -12,14 +12,20 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Algorithm": "rlax_trpo.algorithms",
+    "Algorithm": "rlax_trpo.algorithms.base",
+    "algorithm_names": "rlax_trpo.algorithms",
     "make_algorithm": "rlax_trpo.algorithms",
+    "register_algorithm": "rlax_trpo.algorithms",
+    "RunResult": "rlax_trpo.experiment",
+    "run": "rlax_trpo.experiment",
     "Config": "rlax_trpo.config",
     "HParams": "rlax_trpo.config",
     "load_config": "rlax_trpo.config",
     "Env": "rlax_trpo.envs",
     "EnvSpec": "rlax_trpo.envs",
     "make_env": "rlax_trpo.envs",
+    "register_env": "rlax_trpo.envs",
+    "register_suite": "rlax_trpo.envs",
     "ConfigError": "rlax_trpo.errors",
     "Networks": "rlax_trpo.networks",
     "make_networks": "rlax_trpo.networks",
@@ -48,10 +54,12 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs
-    from rlax_trpo.algorithms import Algorithm, make_algorithm  # noqa: F401
+    from rlax_trpo.algorithms import algorithm_names, make_algorithm, register_algorithm  # noqa: F401
+    from rlax_trpo.algorithms.base import Algorithm  # noqa: F401
     from rlax_trpo.config import Config, HParams, load_config  # noqa: F401
-    from rlax_trpo.envs import Env, EnvSpec, make_env  # noqa: F401
+    from rlax_trpo.envs import Env, EnvSpec, make_env, register_env, register_suite  # noqa: F401
     from rlax_trpo.errors import ConfigError  # noqa: F401
+    from rlax_trpo.experiment import RunResult, run  # noqa: F401
     from rlax_trpo.networks import Networks, make_networks  # noqa: F401
     from rlax_trpo.training import Trainer, make_train, make_trainer  # noqa: F401
     from rlax_trpo.types import Batch, Params, TrainState, Trajectory  # noqa: F401

@@ -24,14 +24,15 @@ import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 import yaml
 
-from rlax_trpo.config import Config
+from rlax_trpo.config import Config, config_from_dict
 from rlax_trpo.errors import ConfigError
+from rlax_trpo.sweep import Sweep
 
 
 class CheckpointError(ConfigError):
@@ -42,13 +43,13 @@ def _is_key(x: Any) -> bool:
     return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
-def _to_savable(tree: Any) -> Any:
+def to_savable(tree: Any) -> Any:
     """Typed PRNG keys cannot be serialised; store their raw key data instead."""
     return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
 
 
 def _abstract_savable(target: Any) -> Any:
-    return jax.eval_shape(_to_savable, target)
+    return jax.eval_shape(to_savable, target)
 
 
 def _wrap_keys(target: Any, restored: Any) -> Any:
@@ -82,7 +83,7 @@ def save_step(
         shutil.rmtree(tmp)
     tmp.mkdir()
     checkpointer = ocp.StandardCheckpointer()
-    checkpointer.save(tmp / "state", _to_savable(state))
+    checkpointer.save(tmp / "state", to_savable(state))
     checkpointer.wait_until_finished()
     checkpointer.close()
     np.savez(tmp / "metrics.npz", **{k: np.asarray(v) for k, v in metrics.items()})
@@ -243,6 +244,52 @@ def load_config(path: str | Path) -> Config:
     if not file.is_file():
         raise CheckpointError(f"checkpoint {str(path)!r} has no config.yaml")
     try:
-        return Config.create(**yaml.safe_load(file.read_text()))
+        return config_from_dict(yaml.safe_load(file.read_text()))
     except yaml.YAMLError:
         raise CheckpointError(f"checkpoint {str(path)!r}: config.yaml is not valid YAML") from None
+
+
+# ---------------------------------------------------------------- resuming a run
+
+
+class ResumePlan(NamedTuple):
+    """What a resumed run continues with, read from its checkpoint."""
+
+    config: Config
+    seeds: int
+    seed: int
+    sweep: Sweep
+    chunk_iterations: int | None
+
+
+def plan_resume(run_dir: Path, config, seeds, seed, sweep) -> ResumePlan:
+    """Read (never write) the checkpoint of `run_dir`; what was given must agree with it."""
+    if not run_dir.is_dir():
+        raise ConfigError(f"--resume: {str(run_dir)!r} is not a run folder")
+    ckpt = run_dir / "checkpoint"
+    meta = read_meta(ckpt)  # verifies the latest step's checksums
+    saved_config = load_config(ckpt)
+    if saved_config.to_dict() != meta.get("config"):
+        raise CheckpointError(
+            f"checkpoint {str(ckpt)!r} does not match: its config.yaml differs from the config "
+            f"of its state"
+        )
+    saved = {"seeds": meta["seeds"], "seed": meta["seed"]}
+    saved["sweep"] = Sweep.from_dict(meta["sweep"])
+    for name, value in {"seeds": seeds, "seed": seed, "sweep": sweep}.items():
+        if value is not None and value != saved[name]:
+            shown = value.to_dict() if name == "sweep" else value
+            was = saved[name].to_dict() if name == "sweep" else saved[name]
+            raise CheckpointError(
+                f"--resume: the checkpoint in {str(run_dir)!r} was made with {name}={was}, "
+                f"not {shown}"
+            )
+    if config is not None and config != saved_config:
+        raise CheckpointError(
+            f"--resume: the given config differs from the one in {str(ckpt)!r}; resume with "
+            f"--resume alone"
+        )
+    if meta["iterations_done"] >= meta["num_iterations"] and (run_dir / "summary.json").exists():
+        raise ConfigError(f"--resume: the run in {str(run_dir)!r} is already complete")
+    chunk = meta.get("chunk_iterations")
+    return ResumePlan(saved_config, saved["seeds"], saved["seed"], saved["sweep"], chunk)

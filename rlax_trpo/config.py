@@ -8,45 +8,78 @@ compiled or written; a `ConfigError` carries a one-line message naming the key.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import importlib
 from pathlib import Path
 from typing import Any, Literal
 
 import flax.struct
 import jax.numpy as jnp
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from rlax_trpo.errors import ConfigError
 
-ALGORITHMS = ("ppo", "trpo", "npg", "vpg", "grpo")
+
+def _hp(default: float, **bounds: float) -> Any:
+    """A hyperparameter field: its default and its pydantic bounds (gt, ge, lt, le)."""
+    return dataclasses.field(default=default, metadata={"bounds": bounds})
 
 
-class HParamsModel(BaseModel):
-    """Validated float hyperparameters (the YAML `hp:` section)."""
+@flax.struct.dataclass
+class HParams:
+    """Traceable float hyperparameters (the YAML `hp:` section); a pytree, so `jax.vmap` can
+    sweep any of them. The one list of hyperparameters: `HParamsModel` is derived from it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    learning_rate: float = Field(2.5e-4, gt=0)
-    gamma: float = Field(0.99, ge=0, le=1)
-    gae_lambda: float = Field(0.95, ge=0, le=1)
-    clip_eps: float = Field(0.2, gt=0)
-    ent_coef: float = Field(0.01, ge=0)
-    vf_coef: float = Field(0.5, ge=0)
-    max_grad_norm: float = Field(0.5, gt=0)
-    value_clip_eps: float = Field(0.2, gt=0)
+    learning_rate: Any = _hp(2.5e-4, gt=0)
+    gamma: Any = _hp(0.99, ge=0, le=1)
+    gae_lambda: Any = _hp(0.95, ge=0, le=1)
+    clip_eps: Any = _hp(0.2, gt=0)
+    ent_coef: Any = _hp(0.01, ge=0)
+    vf_coef: Any = _hp(0.5, ge=0)
+    max_grad_norm: Any = _hp(0.5, gt=0)
+    value_clip_eps: Any = _hp(0.2, gt=0)
     # Trust region (trpo / npg).
-    max_kl: float = Field(0.01, gt=0)
-    damping: float = Field(0.1, ge=0)
-    line_search_decay: float = Field(0.8, gt=0, lt=1)
-    kl_slack: float = Field(1.0, ge=1)
-    value_learning_rate: float = Field(1e-3, gt=0)
+    max_kl: Any = _hp(0.01, gt=0)
+    damping: Any = _hp(0.1, ge=0)
+    line_search_decay: Any = _hp(0.8, gt=0, lt=1)
+    kl_slack: Any = _hp(1.0, ge=1)
+    value_learning_rate: Any = _hp(1e-3, gt=0)
     # KL penalties (ppo kl_fixed / kl_adaptive, grpo).
-    kl_beta: float = Field(1.0, ge=0)
-    kl_target: float = Field(0.01, gt=0)
+    kl_beta: Any = _hp(1.0, ge=0)
+    kl_target: Any = _hp(0.01, gt=0)
     # GRPO.
-    clip_eps_low: float = Field(0.2, gt=0)
-    clip_eps_high: float = Field(0.2, gt=0)
-    std_floor: float = Field(1e-6, gt=0)
+    clip_eps_low: Any = _hp(0.2, gt=0)
+    clip_eps_high: Any = _hp(0.2, gt=0)
+    std_floor: Any = _hp(1e-6, gt=0)
+
+    @classmethod
+    def create(cls, **overrides: float) -> HParams:
+        """HParams with defaults, validated, as float32 scalars."""
+        return _hparams_from_model(validate_hparams(overrides))
+
+    def replace(self, **updates: Any) -> HParams:  # noqa: D102 (documented by flax)
+        return flax.struct.dataclasses.replace(self, **updates)
+
+
+HParamsModel = create_model(
+    "HParamsModel",
+    __config__=ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False),
+    __doc__="Validated float hyperparameters (the YAML `hp:` section).",
+    **{
+        f.name: (float, Field(f.default, **f.metadata["bounds"]))
+        for f in dataclasses.fields(HParams)
+    },
+)
 
 
 class ConfigModel(BaseModel):
@@ -54,7 +87,7 @@ class ConfigModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    algorithm: Literal["ppo", "trpo", "npg", "vpg", "grpo"] = "ppo"
+    algorithm: str = "ppo"  # a name in the algorithm registry (`rlax_trpo.algorithms`)
     env: str = "CartPole-v1"
     num_envs: int = Field(4, gt=0)
     num_steps: int = Field(128, gt=0)
@@ -99,6 +132,15 @@ class ConfigModel(BaseModel):
     eval_episodes: int = Field(10, gt=0)
     hp: HParamsModel = Field(default_factory=HParamsModel)
 
+    @field_validator("algorithm")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        from rlax_trpo.algorithms import algorithm_names  # the registry imports no JAX
+
+        if name not in algorithm_names():
+            raise ValueError(f"unknown {name!r}; allowed: {', '.join(algorithm_names())}")
+        return name
+
     @model_validator(mode="after")
     def _check_sizes(self) -> ConfigModel:
         batch = self.num_envs * self.num_steps
@@ -113,38 +155,6 @@ class ConfigModel(BaseModel):
                 f"(num_envs x num_steps = {batch})"
             )
         return self
-
-
-@flax.struct.dataclass
-class HParams:
-    """Traceable float hyperparameters; a pytree, so `jax.vmap` can sweep any of them."""
-
-    learning_rate: Any
-    gamma: Any
-    gae_lambda: Any
-    clip_eps: Any
-    ent_coef: Any
-    vf_coef: Any
-    max_grad_norm: Any
-    value_clip_eps: Any
-    max_kl: Any
-    damping: Any
-    line_search_decay: Any
-    kl_slack: Any
-    value_learning_rate: Any
-    kl_beta: Any
-    kl_target: Any
-    clip_eps_low: Any
-    clip_eps_high: Any
-    std_floor: Any
-
-    @classmethod
-    def create(cls, **overrides: float) -> HParams:
-        """HParams with defaults, validated, as float32 scalars."""
-        return _hparams_from_model(_validate(HParamsModel, overrides, prefix="hp."))
-
-    def replace(self, **updates: Any) -> HParams:  # noqa: D102 (documented by flax)
-        return flax.struct.dataclasses.replace(self, **updates)
 
 
 def _hparams_from_model(model: HParamsModel) -> HParams:
@@ -202,17 +212,16 @@ class Config:
     def num_iterations(self) -> int:
         return self.total_env_steps // self.batch_size
 
-    @property
-    def minibatch_size(self) -> int:
-        return self.batch_size // self.num_minibatches
-
 
 def _plain(x: Any) -> Any:
     if isinstance(x, dict):
         return {k: _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    return x
+    return [_plain(v) for v in x] if isinstance(x, (list, tuple)) else x
+
+
+def validate_hparams(data: dict[str, Any]) -> Any:
+    """Validate an `hp:` mapping (`HParamsModel`); one-line ConfigError naming `hp.<key>`."""
+    return _validate(HParamsModel, data, prefix="hp.")
 
 
 def _validate(model_cls: type[BaseModel], data: dict[str, Any], prefix: str = "") -> Any:
@@ -228,8 +237,12 @@ def _one_line(err: ValidationError, prefix: str = "") -> str:
     msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         parent = first["loc"][:-1]
-        allowed = _allowed_keys(parent)
-        return f"{key}: unknown key; allowed keys: {', '.join(allowed)}"
+        if not prefix and not parent and first["loc"][-1] in HParamsModel.model_fields:
+            return f"{key}: unknown key (did you mean hp.{key}?)"
+        close = difflib.get_close_matches(str(first["loc"][-1]), _allowed_keys(parent), n=1)
+        near = ".".join([*map(str, parent), close[0]]) if close else ""
+        hint = f" (did you mean {prefix}{near}?)" if close else ""
+        return f"{key}: unknown key{hint}; allowed keys: {', '.join(_allowed_keys(parent))}"
     if msg.startswith(f"{first['loc'][-1]}:") if first["loc"] else False:
         return msg  # model validators already name their key
     if not first["loc"]:
@@ -306,6 +319,20 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
             f"config file {str(path)!r} must hold a mapping of keys, not a {type(data).__name__}"
         )
     return data
+
+
+# Configurations of another kind, by `algorithm:` -> "module:validate" (imported on use).
+CONFIG_KINDS = {"grpo_lm": "rlax_trpo.lm.config:validate"}
+
+
+def config_from_dict(raw: dict[str, Any]) -> Any:
+    """A `Config`, or the config of another kind (`CONFIG_KINDS`, e.g. `algorithm: grpo_lm`),
+    validated; a one-line ConfigError otherwise."""
+    kind = CONFIG_KINDS.get(raw.get("algorithm")) if isinstance(raw, dict) else None
+    if kind is None:
+        return Config.create(**raw)
+    module, _, attr = kind.partition(":")
+    return getattr(importlib.import_module(module), attr)(raw)
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 from rlax_trpo.config import Config
 from rlax_trpo.envs import Env
+from rlax_trpo.errors import ConfigError
 from rlax_trpo.networks import Networks
 from rlax_trpo.rollout import reset_envs
 from rlax_trpo.types import TrainState
@@ -102,31 +103,17 @@ def make_episode(
     return episode
 
 
-def render_gif(config: Config, episode: Episode, path: str | Path) -> int:
-    """Render a recorded episode (host arrays) to a GIF with gymnax's `Visualizer`.
+def render_gif(env: Env, episode: Episode, path: str | Path) -> int:
+    """Render a recorded episode (host arrays) to a GIF with the environment's renderer.
 
-    Frames stop at the first episode end. Returns the number of frames. Classic-control
-    environments are drawn by gymnasium's renderer, which needs `pygame`.
+    Frames stop at the first episode end. Returns the number of frames.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import gymnax
     import numpy as np
-    from gymnax.visualize import Visualizer
 
-    from rlax_trpo.errors import ConfigError
-
-    if config.env not in gymnax.registered_envs:
-        raise ConfigError(
-            f"--gif: {config.env} is not a gymnax environment; gymnax's visualiser draws only those"
-        )
-    gym_env, params = gymnax.make(config.env)
-    if config.env_kwargs:
-        params = params.replace(**config.env_kwargs)
+    if env.render is None:
+        raise ConfigError(f"--gif: {env.name} has no renderer")
     done = np.asarray(episode.done)
     length = int(np.argmax(done)) + 1 if done.any() else len(done)
     states = [jax.tree.map(lambda x, t=t: x[t], episode.env_state) for t in range(length)]
-    returns = np.cumsum(np.asarray(episode.reward)[:length])
-    Visualizer(gym_env, params, states, returns).animate(str(path))
+    env.render(states, np.cumsum(np.asarray(episode.reward)[:length]), str(path))
     return length

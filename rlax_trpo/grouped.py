@@ -9,7 +9,6 @@ automatic reset and are masked out, and only the first episode's return is repor
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -17,9 +16,14 @@ import jax.numpy as jnp
 
 from rlax_trpo.advantages import first_episode_mask
 from rlax_trpo.envs import Env
-from rlax_trpo.networks import Networks
-from rlax_trpo.rollout import RolloutResult, collect
-from rlax_trpo.types import EpisodeStats
+from rlax_trpo.rollout import (
+    Collect,
+    EnvCarry,
+    Policy,
+    RolloutResult,
+    collect,
+    fresh_episodes,
+)
 
 
 def group_ids(num_groups: int, group_size: int) -> jax.Array:
@@ -39,40 +43,30 @@ def grouped_reset(
     return copy(obs), jax.tree.map(copy, state)
 
 
-def make_grouped_collect(group_size: int) -> Callable[..., RolloutResult]:
-    """A rollout function with `rollout.collect`'s signature that collects grouped episodes.
+def make_grouped_collect(group_size: int) -> Collect:
+    """A rollout with `rollout.collect`'s signature that collects grouped episodes.
 
-    The carried `env_state`, `obs` and `episode` are ignored on input (every iteration starts
-    from fresh grouped start states); the returned `done`, `finished_return` and
-    `finished_length` mark only each column's first episode end, so the training loop's
-    episode metrics count exactly the grouped episodes that finished within the horizon.
+    The given `carry` is ignored except for its width (every iteration starts from fresh
+    grouped start states); the returned `done`, `finished_return` and `finished_length` mark
+    only each column's first episode end, so the training loop's episode metrics count
+    exactly the grouped episodes that finished within the horizon.
     """
 
     def grouped_collect(
-        env: Env,
-        networks: Networks,
-        policy_params: Any,
-        env_state: Any,
-        obs: jax.Array,
-        episode: EpisodeStats,
-        key: jax.Array,
-        num_steps: int,
-        obs_transform: Callable[[jax.Array], jax.Array] = lambda o: o,
+        env: Env, policy: Policy, carry: EnvCarry, key: jax.Array, num_steps: int
     ) -> RolloutResult:
-        num_envs = obs.shape[0]
+        num_envs = carry.obs.shape[0]
         if num_envs % group_size:
             raise ValueError(f"num_envs {num_envs} is not a multiple of group_size {group_size}")
         k_reset, k_run = jax.random.split(key)
         obs, env_state = grouped_reset(env, k_reset, num_envs // group_size, group_size)
-        fresh = EpisodeStats(jnp.zeros((num_envs,)), jnp.zeros((num_envs,), jnp.int32))
-        ro = collect(
-            env, networks, policy_params, env_state, obs, fresh, k_run, num_steps, obs_transform
-        )
+        fresh = fresh_episodes(num_envs)
+        ro = collect(env, policy, EnvCarry(env_state, obs, fresh), k_run, num_steps)
         traj = ro.trajectory
         alive = first_episode_mask(traj.terminated, traj.truncated)
         first_done = ro.done & (alive > 0)
         return ro._replace(
-            episode=fresh,
+            carry=ro.carry._replace(episode=fresh),
             finished_return=jnp.where(first_done, ro.finished_return, 0.0),
             finished_length=jnp.where(first_done, ro.finished_length, 0),
             done=first_done,

@@ -12,11 +12,12 @@ import jax.numpy as jnp
 
 
 def masked_mean(x: jax.Array, mask: jax.Array | None = None) -> jax.Array:
-    """Mean of x over elements where mask is 1 (all elements if mask is None)."""
+    """sum(mask * x) / max(sum(mask), 1): the mean of x over the elements where mask is 1 (all
+    elements if mask is None). Masked-out elements are dropped with `where`, not multiplied by
+    zero, so padding holding inf or NaN cannot leak into the mean."""
     if mask is None:
         return x.mean()
-    mask = mask.astype(x.dtype)
-    return (x * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+    return jnp.sum(jnp.where(mask > 0, x * mask, 0.0)) / jnp.maximum(mask.sum(), 1.0)
 
 
 def normalize(x: jax.Array, mask: jax.Array | None = None, eps: float = 1e-8) -> jax.Array:
@@ -34,6 +35,22 @@ def policy_gradient_loss(
     return -masked_mean(log_probs * jax.lax.stop_gradient(advantages), mask)
 
 
+def clipped_surrogate(
+    ratios: jax.Array,
+    advantages: jax.Array,
+    clip_eps_low: jax.Array | float,
+    clip_eps_high: jax.Array | float | None = None,
+) -> jax.Array:
+    """Per-element clipped objective min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)
+    (Schulman 2017, eq. 7), advantages stop-gradiented; `clip_eps_high` defaults to
+    `clip_eps_low` (symmetric PPO), DAPO (Yu et al. 2025) decouples them."""
+    chex.assert_equal_shape([ratios, advantages])
+    high = clip_eps_low if clip_eps_high is None else clip_eps_high
+    advantages = jax.lax.stop_gradient(advantages)
+    clipped = jnp.clip(ratios, 1.0 - clip_eps_low, 1.0 + high)
+    return jnp.minimum(ratios * advantages, clipped * advantages)
+
+
 def clipped_surrogate_loss(
     ratios: jax.Array,
     advantages: jax.Array,
@@ -41,15 +58,8 @@ def clipped_surrogate_loss(
     clip_eps_high: jax.Array | float | None = None,
     mask: jax.Array | None = None,
 ) -> jax.Array:
-    """PPO-clip loss -mean(min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)) (Schulman 2017, eq. 7).
-
-    `clip_eps_high` defaults to `clip_eps_low` (symmetric PPO); DAPO decouples them.
-    """
-    chex.assert_equal_shape([ratios, advantages])
-    high = clip_eps_low if clip_eps_high is None else clip_eps_high
-    advantages = jax.lax.stop_gradient(advantages)
-    clipped = jnp.clip(ratios, 1.0 - clip_eps_low, 1.0 + high)
-    return -masked_mean(jnp.minimum(ratios * advantages, clipped * advantages), mask)
+    """PPO-clip loss -mean(min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)) over `mask`."""
+    return -masked_mean(clipped_surrogate(ratios, advantages, clip_eps_low, clip_eps_high), mask)
 
 
 def clip_fractions(

@@ -47,7 +47,9 @@ def initialize_distributed(
     )
 
 
-def choose_num_devices(requested: int | None, population: int, num_envs: int, layout: str) -> int:
+def choose_num_devices(
+    requested: int | None, population: int, num_envs: int | None, layout: str
+) -> int:
     """How many devices to use; a one-line `ConfigError` when the split cannot be even.
 
     With `requested=None` the population layout takes the most devices that divide the
@@ -55,6 +57,8 @@ def choose_num_devices(requested: int | None, population: int, num_envs: int, la
     divide `num_envs`.
     """
     available = jax.device_count()
+    if layout == "envs" and num_envs is None:
+        raise ConfigError("--shard envs: this run has no environment axis to split")
     size, what = (
         (population, "the population (settings x seeds)")
         if layout == "population"
@@ -72,6 +76,16 @@ def choose_num_devices(requested: int | None, population: int, num_envs: int, la
             f"devices; choose a device count that divides {size}"
         )
     return requested
+
+
+def describe_devices() -> dict[str, Any]:
+    """What a run's summary records about the machine: device kind, platform, processes."""
+    first = jax.devices()[0]
+    return {
+        "device": str(first.device_kind),
+        "platform": first.platform,
+        "num_processes": jax.process_count(),
+    }
 
 
 def make_mesh(num_devices: int, layout: str) -> Mesh:

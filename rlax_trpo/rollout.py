@@ -5,22 +5,37 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import distrax
 import jax
 import jax.numpy as jnp
 
 from rlax_trpo.envs import Env
-from rlax_trpo.networks import Networks
 from rlax_trpo.types import EpisodeStats, Trajectory
+
+# The acting policy: observations `[B, ...]` (raw, as the environment returns them) -> a
+# distribution over actions. It closes over the parameters and any observation transform.
+Policy = Callable[[jax.Array], distrax.Distribution]
+
+
+class EnvCarry(NamedTuple):
+    """Where the environments are: states, observations `[B, ...]`, running episode stats."""
+
+    env_state: Any
+    obs: jax.Array
+    episode: EpisodeStats
 
 
 class RolloutResult(NamedTuple):
     trajectory: Trajectory  # raw (unnormalised) observations, `[T, B, ...]`
-    env_state: Any
-    obs: jax.Array  # `[B, ...]` observation to continue from
-    episode: EpisodeStats
+    carry: EnvCarry  # where to continue from
     finished_return: jax.Array  # `[T, B]` return of the episode that ended at t, else 0
     finished_length: jax.Array  # `[T, B]`
-    done: jax.Array  # `[T, B]` terminated | truncated
+    done: jax.Array  # `[T, B]` the episode ends that count (terminated | truncated)
+
+
+# `collect(env, policy, carry, key, num_steps) -> RolloutResult`; an algorithm may bring its
+# own (`Algorithm.collect`), e.g. GRPO's grouped rollouts.
+Collect = Callable[[Env, Policy, EnvCarry, jax.Array, int], RolloutResult]
 
 
 def reset_envs(env: Env, key: jax.Array, num_envs: int) -> tuple[jax.Array, Any]:
@@ -28,31 +43,27 @@ def reset_envs(env: Env, key: jax.Array, num_envs: int) -> tuple[jax.Array, Any]
     return jax.vmap(env.reset)(jax.random.split(key, num_envs))
 
 
+def fresh_episodes(num_envs: int) -> EpisodeStats:
+    """Zeroed running episode return and length for `num_envs` environments."""
+    return EpisodeStats(jnp.zeros((num_envs,)), jnp.zeros((num_envs,), jnp.int32))
+
+
 def collect(
-    env: Env,
-    networks: Networks,
-    policy_params: Any,
-    env_state: Any,
-    obs: jax.Array,
-    episode: EpisodeStats,
-    key: jax.Array,
-    num_steps: int,
-    obs_transform: Callable[[jax.Array], jax.Array] = lambda o: o,
+    env: Env, policy: Policy, carry: EnvCarry, key: jax.Array, num_steps: int
 ) -> RolloutResult:
     """Run the sampling policy for `num_steps` steps in every environment.
 
-    `obs_transform` (e.g. running normalisation with frozen statistics) is applied to what
-    the policy sees; the trajectory stores raw observations so the learner applies the very
-    same transform and recovers the rollout log-probabilities exactly.
+    The trajectory stores raw observations; `policy` applies whatever transform it acts with
+    (e.g. running normalisation with frozen statistics), and the learner applies the very same
+    transform, so it recovers the rollout log-probabilities exactly.
     """
-    num_envs = obs.shape[0]
+    num_envs = carry.obs.shape[0]
     step_env = jax.vmap(env.step)
 
     def step(carry, step_key):
         env_state, obs, episode = carry
         k_act, k_env = jax.random.split(step_key)
-        dist = networks.policy(policy_params, obs_transform(obs))
-        action, log_prob = dist.sample_and_log_prob(seed=k_act)
+        action, log_prob = policy(obs).sample_and_log_prob(seed=k_act)
         res = step_env(jax.random.split(k_env, num_envs), env_state, action)
         done = jnp.logical_or(res.terminated, res.truncated)
         ep_return = episode.episode_return + res.reward
@@ -62,9 +73,9 @@ def collect(
             obs, action, log_prob, res.reward, res.terminated, res.truncated, res.final_obs
         )
         logs = (jnp.where(done, ep_return, 0.0), jnp.where(done, ep_length, 0), done)
-        return (res.state, res.obs, new_episode), (transition, logs)
+        return EnvCarry(res.state, res.obs, new_episode), (transition, logs)
 
-    (env_state, obs, episode), (traj, (ret, length, done)) = jax.lax.scan(
-        step, (env_state, obs, episode), jax.random.split(key, num_steps)
+    carry, (traj, (ret, length, done)) = jax.lax.scan(
+        step, EnvCarry(*carry), jax.random.split(key, num_steps)
     )
-    return RolloutResult(traj, env_state, obs, episode, ret, length, done)
+    return RolloutResult(traj, carry, ret, length, done)

@@ -18,12 +18,19 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from rlax_trpo.algorithms import CRITIC_FREE, Algorithm, make_algorithm
+from rlax_trpo.algorithms import make_algorithm
+from rlax_trpo.algorithms.base import Algorithm
 from rlax_trpo.config import Config, HParams
-from rlax_trpo.envs import Env, RunningMeanStd, discounted_return_trace, make_env
+from rlax_trpo.envs import Env, make_env
 from rlax_trpo.networks import Networks, make_networks, uses_cnn
-from rlax_trpo.rollout import collect, reset_envs
-from rlax_trpo.types import EpisodeStats, Metrics, TrainState
+from rlax_trpo.normalization import (
+    RunningMeanStd,
+    Statistics,
+    normalize_trajectory,
+    observation_transform,
+)
+from rlax_trpo.rollout import EnvCarry, collect, fresh_episodes, reset_envs
+from rlax_trpo.types import Metrics, TrainState
 
 ProgressFn = Callable[[jax.Array, jax.Array], None]
 
@@ -52,61 +59,39 @@ def make_trainer(config: Config, progress: ProgressFn | None = None) -> Trainer:
     """
     raw_env = make_env(config.env, config.env_kwargs, flatten=False)
     env = make_env(config.env, config.env_kwargs, flatten=not uses_cnn(config, raw_env.spec))
-    networks = make_networks(config, env.spec, with_value=config.algorithm not in CRITIC_FREE)
+    networks = make_networks(config, env.spec)
     algorithm = make_algorithm(config, networks)
+    rollout = algorithm.collect or collect
 
     def init(key: jax.Array, hp: HParams) -> TrainState:
         k_params, k_env, k_run = jax.random.split(key, 3)
         params = networks.init(k_params)
+        if not algorithm.critic:  # the policy's draw is the same either way
+            params = params._replace(value=None)
         obs, env_state = reset_envs(env, k_env, config.num_envs)
-        zeros = jnp.zeros((config.num_envs,))
         return TrainState(
             params=params,
             algo_state=algorithm.init(params, hp),
             env_state=env_state,
             obs=obs,
-            episode=EpisodeStats(zeros, jnp.zeros((config.num_envs,), jnp.int32)),
+            episode=fresh_episodes(config.num_envs),
             obs_stats=RunningMeanStd.create(env.spec.obs_shape),
             return_stats=RunningMeanStd.create(),
-            return_acc=zeros,
+            return_acc=jnp.zeros((config.num_envs,)),
             key=k_run,
             iteration=jnp.zeros((), jnp.int32),
             last_return=jnp.full((), jnp.nan),
             diverged_at=jnp.full((), -1, jnp.int32),
         )
 
-    def observe(state: TrainState):
-        if config.normalize_obs:
-            return lambda obs: state.obs_stats.normalize(obs)
-        return lambda obs: obs
-
     def iteration(state: TrainState, hp: HParams) -> tuple[TrainState, Metrics]:
         key, k_rollout, k_update = jax.random.split(state.key, 3)
-        transform = observe(state)
-        rollout = algorithm.collect if algorithm.collect is not None else collect
-        ro = rollout(
-            env,
-            networks,
-            state.params.policy,
-            state.env_state,
-            state.obs,
-            state.episode,
-            k_rollout,
-            config.num_steps,
-            transform,
-        )
-        traj = ro.trajectory
-        obs_stats, return_stats, return_acc = state.obs_stats, state.return_stats, state.return_acc
-        if config.normalize_reward:
-            return_acc, returns = discounted_return_trace(
-                return_acc, traj.reward, ro.done, hp.gamma
-            )
-            return_stats = return_stats.update(returns.reshape(-1))
-            traj = traj._replace(reward=return_stats.scale(traj.reward))
-        # The learner sees exactly what the acting policy saw.
-        traj = traj._replace(obs=transform(traj.obs), final_obs=transform(traj.final_obs))
-        if config.normalize_obs:
-            obs_stats = obs_stats.update(ro.trajectory.obs.reshape((-1,) + env.spec.obs_shape))
+        transform = observation_transform(config.normalize_obs, state.obs_stats)
+        policy = lambda obs: networks.policy(state.params.policy, transform(obs))
+        start = EnvCarry(state.env_state, state.obs, state.episode)
+        ro = rollout(env, policy, start, k_rollout, config.num_steps)
+        stats = Statistics(state.obs_stats, state.return_stats, state.return_acc)
+        traj, stats = normalize_trajectory(config, stats, ro.trajectory, ro.done, hp.gamma)
 
         batch = algorithm.make_batch(state.params, traj, hp)
         params, algo_state, metrics = algorithm.update(
@@ -142,12 +127,12 @@ def make_trainer(config: Config, progress: ProgressFn | None = None) -> Trainer:
         new_state = state.replace(
             params=params,
             algo_state=algo_state,
-            env_state=ro.env_state,
-            obs=ro.obs,
-            episode=ro.episode,
-            obs_stats=obs_stats,
-            return_stats=return_stats,
-            return_acc=return_acc,
+            env_state=ro.carry.env_state,
+            obs=ro.carry.obs,
+            episode=ro.carry.episode,
+            obs_stats=stats.obs,
+            return_stats=stats.returns,
+            return_acc=stats.return_acc,
             key=key,
             iteration=state.iteration + 1,
             last_return=last_return,

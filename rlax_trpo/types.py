@@ -67,3 +67,26 @@ class TrainState:
     iteration: jax.Array
     last_return: jax.Array  # latest mean finished-episode return (carried when none finish)
     diverged_at: jax.Array  # -1, or the first iteration whose update was non-finite
+
+
+class Program(NamedTuple):
+    """What a run compiles and drives (`rlax_trpo.experiment.run`), for one kind of config.
+
+    `init(key, hp) -> state` and `run(state, hp, num_iterations) -> (state, metrics)` are pure
+    and are vmapped over the population; `evaluate(state, key) -> scores [n]` too (returns of
+    greedy episodes, or a greedy accuracy). The host-side `summarize(metrics, scores, state,
+    sweep, seeds, facts)` gives the kind's result figures for `summary.json`.
+    """
+
+    name: str  # what is trained on: an environment or a task
+    hparams: Any  # the config's default hyperparameters (a pytree of float scalars)
+    init: Any
+    run: Any
+    evaluate: Any
+    steps_per_iteration: int  # environment steps (or sampled sequences) per member
+    unit: str  # what a step is, for people: "env steps", "sequences"
+    num_envs: int | None  # the axis `--shard envs` splits; None: not splittable
+    eval_every: int | None  # also evaluate every K iterations, recorded as `eval_metric`
+    eval_metric: str
+    curve: str  # the metric of learning_curve.png
+    summarize: Any

@@ -2,12 +2,19 @@
 
 import csv
 import json
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
 
 import jax
 import numpy as np
 
 import train
 from rlax_trpo import checkpoint, make_trainer
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SUMMARY_KEYS = {
     "algorithm",
@@ -94,3 +101,37 @@ def test_divergence_is_reported_and_run_kept(tmp_path, capsys):
     assert code == 1 and "diverged" in err and "iteration" in err
     assert summary["diverged"]["iteration"] == 0
     assert err.strip().count("\n") == 0
+
+
+TINY = ["--no-progress", "num_envs=4", "num_steps=16", "total_env_steps=128", "eval_episodes=2"]
+
+
+def test_overrides_are_accepted_anywhere_on_the_line(tmp_path):
+    out = tmp_path / "run"
+    argv = ["env=Acrobot-v1", "--seeds", "2", "total_env_steps=128", "--out", str(out)]
+    assert train.main([*argv, "num_envs=4", "--no-progress", "num_steps=16"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["env"] == "Acrobot-v1" and summary["num_seeds"] == 2
+    assert summary["total_env_steps"] == 128
+
+
+def test_no_numpy_warnings_when_early_iterations_finish_no_episode(tmp_path, recwarn):
+    # Pendulum episodes last 200 steps: the first 12 iterations of 16 steps finish none, so
+    # episode/return is NaN there (the curve starts later), which must not warn.
+    warnings.simplefilter("always")
+    argv = [*TINY, "env=Pendulum-v1", "--seeds", "2", "total_env_steps=1024", "num_minibatches=2"]
+    assert train.main([*argv, "--out", str(tmp_path / "run")]) == 0
+    messages = [str(w.message) for w in recwarn if issubclass(w.category, RuntimeWarning)]
+    assert not messages, messages
+
+
+def test_compiling_line_comes_before_the_progress_bar(tmp_path):
+    argv = [sys.executable, str(ROOT / "train.py"), "num_envs=4", "num_steps=16"]
+    argv += ["total_env_steps=320", "eval_episodes=2", "--out", str(tmp_path / "run")]
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    text = proc.stdout
+    assert proc.returncode == 0, text
+    line = r"compiling ppo on CartPole-v1 for 1 member\(s\) \.\.\. ([0-9.]+) s\n"
+    match = re.search(line, text)
+    assert match and float(match.group(1)) > 0, text
+    assert match.end() <= text.index("5/5") < text.index("final return")  # then the bar

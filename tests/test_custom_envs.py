@@ -6,8 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlax_trpo.custom_envs import MaxDigit
 from rlax_trpo.envs import make_env, valid_env_names
+from rlax_trpo.envs.own import MaxDigit
 
 
 def test_max_digit_registered_and_shaped():

@@ -5,8 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlax_trpo.envs import RunningMeanStd, check_env_name, make_env
+from rlax_trpo.envs import check_env_name, make_env
 from rlax_trpo.errors import ConfigError
+from rlax_trpo.normalization import RunningMeanStd
 
 
 def test_unknown_env_lists_valid_names():

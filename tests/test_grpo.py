@@ -16,6 +16,7 @@ from rlax_trpo.envs import make_env
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.grouped import group_ids, grouped_reset, make_grouped_collect
 from rlax_trpo.networks import make_networks
+from rlax_trpo.rollout import EnvCarry
 from rlax_trpo.types import EpisodeStats
 
 # --- grouped rollouts ---------------------------------------------------------------------
@@ -54,9 +55,9 @@ def test_grouped_collect_masks_after_first_episode_and_reports_first_episodes():
     obs, state = grouped_reset(env, jax.random.key(1), 2, 4)
     stats = EpisodeStats(jnp.zeros(8), jnp.zeros(8, jnp.int32))
     collect = make_grouped_collect(4)
-    ro = jax.jit(lambda p, s, o, k: collect(env, nets, p, s, o, stats, k, 120))(
-        params.policy, state, obs, jax.random.key(2)
-    )
+    ro = jax.jit(
+        lambda p, s, o, k: collect(env, lambda x: nets.policy(p, x), EnvCarry(s, o, stats), k, 120)
+    )(params.policy, state, obs, jax.random.key(2))
     traj = ro.trajectory
     alive = np.asarray(adv_lib.first_episode_mask(traj.terminated, traj.truncated))
     done = np.asarray(ro.done)
@@ -176,9 +177,9 @@ def _setup(**overrides):
             env, jax.random.key(1), config.num_envs // config.group_size, config.group_size
         )
         stats = EpisodeStats(jnp.zeros(config.num_envs), jnp.zeros(config.num_envs, jnp.int32))
-        ro = algo.collect(
-            env, nets, params.policy, state, obs, stats, jax.random.key(2), config.num_steps
-        )
+        policy = lambda x: nets.policy(params.policy, x)
+        carry = EnvCarry(state, obs, stats)
+        ro = algo.collect(env, policy, carry, jax.random.key(2), config.num_steps)
         _TRAJECTORIES[layout] = ro.trajectory
     return config, nets, algo, params, _TRAJECTORIES[layout]
 

@@ -14,10 +14,16 @@ from rlax_trpo.lm.grpo import (
     HParams,
     aggregate_loss,
     grpo_loss,
-    kl_estimate,
     make_grpo,
 )
 from rlax_trpo.lm.model import ModelConfig, Transformer, init_params
+from rlax_trpo.losses import kl_estimate as _kl
+
+
+def kl_estimate(logp, ref_logp, kind):
+    """KL(pi || pi_ref) per token from tokens sampled by pi, as the LM loss uses it."""
+    return _kl(ref_logp - logp, kind)
+
 
 # Two sequences: lengths 1 and 3 (budget 3); per-token losses a | b c d.
 PER_TOKEN = jnp.array([[2.0, 0.0, 0.0], [1.0, 4.0, 7.0]])

@@ -1,13 +1,19 @@
-"""The `grpo_lm` entry point: validates before writing, learns max_digit, writes the run folder."""
+"""`grpo_lm` runs through the same run module as control: the run folder, seeds, chunks,
+interrupt and resume, `train.py eval`, and learning max_digit."""
 
 import json
+import signal
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import train
+from rlax_trpo import experiment, run
+from rlax_trpo.config import config_from_dict
 from rlax_trpo.errors import ConfigError
-from rlax_trpo.lm.run import main
 
+ROOT = Path(__file__).resolve().parents[1]
 SMALL = {
     "algorithm": "grpo_lm",
     "task": "max_digit",
@@ -20,29 +26,77 @@ SMALL = {
     "eval_size": 1000,
     "hp": {"learning_rate": 2e-3, "kl_beta": 0.04},
 }
+# 4 iterations of a tiny model from configs/grpo_lm_max_digit.yaml, evaluated every 2.
+TINY = [
+    "--config",
+    str(ROOT / "configs" / "grpo_lm_max_digit.yaml"),
+    "--seeds",
+    "2",
+    "--no-progress",
+    "model={num_layers: 1, d_model: 16, num_heads: 2}",
+    "num_prompts=8",
+    "group_size=4",
+    "num_iterations=4",
+    "eval_every=2",
+    "eval_size=32",
+]
 
 
-def test_config_error_before_any_file(tmp_path):
-    out = tmp_path / "run"
+def test_config_error_before_any_file(tmp_path, capsys):
     with pytest.raises(ConfigError, match="^hp.kl_beta"):
-        main({**SMALL, "hp": {"kl_beta": "x"}}, out, progress=False)
+        config_from_dict({**SMALL, "hp": {"kl_beta": "x"}})
+    out = tmp_path / "run"
+    assert train.main([*TINY, "hp.kl_beta=x", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.startswith("error: hp.kl_beta")
     assert not out.exists()
 
 
-def test_grpo_from_scratch_learns_max_digit_and_writes_run(tmp_path):
-    out = tmp_path / "run"
-    summary = main(SMALL, out, seeds=2, progress=False)
+class _AlreadySignalled(experiment._StopRequest):
+    """As if SIGTERM had arrived before the first chunk finished."""
+
+    def __enter__(self):
+        self.signum = signal.SIGTERM
+        return self
+
+
+def test_lm_run_folder_chunks_resume_and_eval(tmp_path, capsys, monkeypatch):
+    whole = tmp_path / "whole"
+    assert train.main([*TINY, "--out", str(whole)]) == 0
+    printed = capsys.readouterr().out
+    assert "greedy accuracy on 32 held-out prompts" in printed and str(whole) in printed
     for name in ("config.yaml", "metrics.csv", "summary.json", "learning_curve.png"):
-        assert (out / name).is_file(), name
-    assert (out / "checkpoint" / "params.msgpack").stat().st_size > 1000
-    assert json.loads((out / "summary.json").read_text())["final_accuracy"] == pytest.approx(
-        summary["final_accuracy"]
-    )
-    rows = (out / "metrics.csv").read_text().strip().splitlines()
-    assert len(rows) == 1 + 2 * 120  # header + a row per seed x iteration
+        assert (whole / name).is_file(), name
+    assert (whole / "checkpoint" / "LATEST").is_file()
+    summary = json.loads((whole / "summary.json").read_text())
+    assert summary["num_seeds"] == 2 and summary["algorithm"] == "grpo_lm"
+    for key in ("final_accuracy", "initial_accuracy", "wall_seconds"):
+        assert np.isfinite(summary[key]), key
+    rows = (whole / "metrics.csv").read_text().strip().splitlines()
+    assert len(rows) == 1 + 2 * 4 and "eval/greedy_accuracy" in rows[0]
+
+    # Interrupted after its first chunk of 2, then resumed: the same metrics, bit for bit.
+    parts = tmp_path / "parts"
+    with monkeypatch.context() as m:
+        m.setattr(experiment, "_StopRequest", _AlreadySignalled)
+        code = train.main([*TINY, "--chunk-iterations", "2", "--out", str(parts)])
+    assert code == 128 + signal.SIGTERM
+    assert not (parts / "summary.json").exists()
+    assert train.main(["--resume", str(parts), "--no-progress"]) == 0
+    assert (parts / "metrics.csv").read_bytes() == (whole / "metrics.csv").read_bytes()
+
+    capsys.readouterr()
+    assert train.main(["eval", "--run", str(parts)]) == 0
+    out = capsys.readouterr().out
+    final = json.loads((parts / "summary.json").read_text())["final_accuracy_per_seed"]
+    assert f"per seed {final[0]:.3f}, {final[1]:.3f}" in out
+
+
+def test_grpo_from_scratch_learns_max_digit(tmp_path):
+    result = run(config_from_dict(SMALL), seeds=2, out=tmp_path / "run", progress=False)
+    summary = result.summary
     assert summary["num_seeds"] == 2 and summary["task"] == "max_digit"
     # Always answering "9" scores 1 - 0.9**3 = 0.27; a random policy about 1/14 * 1/14.
-    # A broken update (wrong sign, advantages lost, padding leaking) stays far below 0.8.
+    # A broken update (wrong sign, advantages lost) stays far below 0.8.
     assert summary["initial_accuracy"] < 0.2
     assert min(summary["final_accuracy_per_seed"]) >= 0.8, summary["final_accuracy_per_seed"]
     assert np.isfinite(summary["sampled_tokens_per_second"])

@@ -12,12 +12,13 @@ import pytest
 import train
 from rlax_trpo import Config
 from rlax_trpo.errors import ConfigError
+from rlax_trpo.report import format_summary
+from rlax_trpo.stats import bootstrap_ci, iqm
 from rlax_trpo.sweep import (
-    bootstrap_ci,
-    iqm,
     parse_sweeps,
     population_hparams,
     population_key_data,
+    setting_label,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,6 +97,19 @@ def test_sweep_3x2_with_4_seeds_is_one_call(sweep_run):
     )
     assert summary["best"]["index"] == best and summary["best"]["hp"] == members[best]["hp"]
     assert (sweep_run / "sweep.png").stat().st_size > 0
+    # Top-level return figures are the best setting's, never a pool of all 24 members.
+    assert summary["final_return_mean"] == members[best]["final_return_mean"]
+    assert summary["final_return_per_seed"] == members[best]["final_return_per_seed"]
+    assert summary["eval_return_mean"] == pytest.approx(members[best]["eval_return_mean"])
+    pooled = np.nanmean([f for m in members for f in m["final_return_per_seed"] if f is not None])
+    if not np.isclose(pooled, members[best]["final_return_mean"]):
+        assert summary["final_return_mean"] != pytest.approx(pooled)
+    # The printed headline names the best setting and its IQM interval; a line per setting.
+    text = format_summary(summary, sweep_run)
+    label = setting_label(members[best]["hp"])
+    assert f"best setting {label}: final return IQM" in text
+    assert sum(line.startswith("  ") for line in text.splitlines()) == 6
+    assert text.count("<- best") == 1
 
     with (sweep_run / "metrics.csv").open() as f:
         rows = list(csv.DictReader(f))

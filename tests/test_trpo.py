@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from rlax_trpo import Config, load_config, make_trainer
-from rlax_trpo.metrics import final_returns, to_numpy
-from rlax_trpo.rollout import collect
+from rlax_trpo.rollout import EnvCarry, collect
+from rlax_trpo.stats import final_returns, to_numpy
 
 ROOT = Path(__file__).resolve().parents[1]
 TRPO_METRICS = (
@@ -26,16 +26,9 @@ def one_batch(config):
     trainer = make_trainer(config)
     hp = config.hp
     state = trainer.init(jax.random.key(0), hp)
-    ro = collect(
-        trainer.env,
-        trainer.networks,
-        state.params.policy,
-        state.env_state,
-        state.obs,
-        state.episode,
-        jax.random.key(1),
-        config.num_steps,
-    )
+    policy = lambda obs: trainer.networks.policy(state.params.policy, obs)
+    carry = EnvCarry(state.env_state, state.obs, state.episode)
+    ro = collect(trainer.env, policy, carry, jax.random.key(1), config.num_steps)
     batch = trainer.algorithm.make_batch(state.params, ro.trajectory, hp)
     return trainer, state, batch
 

@@ -29,12 +29,18 @@ from typing import Any, NamedTuple
 import chex
 import jax
 import jax.numpy as jnp
-import optax
 
 from rlax_trpo import advantages as adv_lib
-from rlax_trpo import losses, shuffle
-from rlax_trpo.algorithms.base import Algorithm, set_learning_rate
-from rlax_trpo.algorithms.ppo import anneal, make_optimizer
+from rlax_trpo import losses
+from rlax_trpo.algorithms.base import Algorithm
+from rlax_trpo.algorithms.common import (
+    adam_step,
+    anneal,
+    epochs_of_minibatches,
+    make_optimizer,
+    minibatches,
+    set_learning_rate,
+)
 from rlax_trpo.config import Config, HParams
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.grouped import group_ids, make_grouped_collect
@@ -142,9 +148,7 @@ def grpo_loss_terms(
     kl        = k(log pi_ref - log pi_theta)          (Schulman 2020 estimators k1/k2/k3)
     """
     ratio = jnp.exp(log_prob - old_log_prob)
-    adv = jax.lax.stop_gradient(advantage)
-    clipped = jnp.clip(ratio, 1.0 - clip_eps_low, 1.0 + clip_eps_high)
-    surrogate = -jnp.minimum(ratio * adv, clipped * adv)
+    surrogate = -losses.clipped_surrogate(ratio, advantage, clip_eps_low, clip_eps_high)
     kl = losses.kl_estimate(ref_log_prob - log_prob, kl_estimator)
     return surrogate, kl, ratio
 
@@ -174,11 +178,7 @@ def _regroup(x: jax.Array, group_size: int) -> jax.Array:
 def group_minibatches(steps: _Steps, key: jax.Array, group_size: int, num_minibatches: int):
     """Shuffle whole groups and split them: every leaf `[M, N/M, T, G, ...]`."""
     groups = jax.tree.map(lambda x: _regroup(x, group_size), steps)
-    n = groups.obs.shape[0]
-    perm = shuffle.permutation(key, n)
-    return jax.tree.map(
-        lambda x: jnp.take(x, perm, axis=0).reshape((num_minibatches, -1) + x.shape[1:]), groups
-    )
+    return minibatches(groups, key, num_minibatches)
 
 
 def make_grpo(config: Config, networks: Networks) -> Algorithm:
@@ -253,22 +253,22 @@ def make_grpo(config: Config, networks: Networks) -> Algorithm:
         )
         lr = anneal(config, hp.learning_rate, state.updates)
         opt_state = set_learning_rate(state.opt_state, lr)
-        clip = optax.clip_by_global_norm(hp.max_grad_norm)
 
         def minibatch_step(carry, mb):
             policy, opt_state = carry
             grads, aux = grad_fn(policy, mb, hp, hp.kl_beta)
-            aux["grad_norm"] = optax.tree.norm(grads)
-            grads, _ = clip.update(grads, clip.init(policy))
-            updates, opt_state = optimizer.update(grads, opt_state, policy)
-            return (optax.apply_updates(policy, updates), opt_state), aux
+            policy, opt_state, aux["grad_norm"] = adam_step(
+                optimizer, policy, opt_state, grads, hp.max_grad_norm
+            )
+            return (policy, opt_state), aux
 
-        def epoch(carry, epoch_key):
-            mbs = group_minibatches(steps, epoch_key, g, config.num_minibatches)
-            return jax.lax.scan(minibatch_step, carry, mbs)
-
-        keys = jax.random.split(key, config.num_epochs)
-        (policy, opt_state), aux = jax.lax.scan(epoch, (params.policy, opt_state), keys)
+        (policy, opt_state), aux = epochs_of_minibatches(
+            minibatch_step,
+            (params.policy, opt_state),
+            key,
+            config.num_epochs,
+            lambda k: group_minibatches(steps, k, g, config.num_minibatches),
+        )
         metrics = {k: v.mean() for k, v in aux.items() if k != "grpo/ratio_dev"}
         metrics["grpo/first_ratio_dev"] = aux["grpo/ratio_dev"][0, 0]
         metrics.update(batch_metrics(batch, g))
@@ -277,7 +277,7 @@ def make_grpo(config: Config, networks: Networks) -> Algorithm:
         new_state = GRPOState(opt_state, ref_policy, state.updates + 1)
         return Params(policy, params.value), new_state, metrics
 
-    return Algorithm(init, make_batch, update, make_grouped_collect(g))
+    return Algorithm(init, make_batch, update, collect=make_grouped_collect(g), critic=False)
 
 
 def batch_metrics(batch: GRPOBatch, group_size: int) -> dict[str, jax.Array]:

@@ -11,14 +11,17 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 from jax.flatten_util import ravel_pytree
 
 from rlax_trpo import losses
-from rlax_trpo.algorithms.base import (
-    Algorithm,
+from rlax_trpo.algorithms.base import Algorithm
+from rlax_trpo.algorithms.common import (
+    adam_step,
+    anneal,
+    epochs_of_minibatches,
     flatten_batch,
     make_critic_batch,
+    make_optimizer,
     minibatches,
     set_learning_rate,
 )
@@ -31,20 +34,6 @@ class PPOState(NamedTuple):
     opt_state: Any
     updates: jax.Array  # number of update calls so far (for learning-rate annealing)
     kl_beta: jax.Array  # KL penalty coefficient (used by the kl_* penalty forms)
-
-
-def make_optimizer(config: Config) -> optax.GradientTransformation:
-    if config.optimizer == "sgd":
-        return optax.inject_hyperparams(optax.sgd)(learning_rate=1.0)
-    return optax.inject_hyperparams(optax.adam)(learning_rate=1.0, eps=config.adam_eps)
-
-
-def anneal(config: Config, learning_rate: jax.Array, updates: jax.Array) -> jax.Array:
-    """Linear decay from `learning_rate` to 0 over the run when `config.anneal_lr`."""
-    if not config.anneal_lr:
-        return learning_rate
-    frac = 1.0 - updates.astype(jnp.float32) / config.num_iterations
-    return learning_rate * frac
 
 
 def make_ppo(config: Config, networks: Networks) -> Algorithm:
@@ -94,16 +83,18 @@ def make_ppo(config: Config, networks: Networks) -> Algorithm:
         def minibatch_step(carry, mb):
             vec, opt_state = carry
             grads, aux = grad_fn(vec, mb, hp, state.kl_beta)
-            grads, aux["grad_norm"] = clip_by_global_norm(grads, hp.max_grad_norm)
-            updates, opt_state = optimizer.update(grads, opt_state, vec)
-            return (optax.apply_updates(vec, updates), opt_state), aux
+            vec, opt_state, aux["grad_norm"] = adam_step(
+                optimizer, vec, opt_state, grads, hp.max_grad_norm
+            )
+            return (vec, opt_state), aux
 
-        def epoch(carry, epoch_key):
-            mbs = minibatches(flat, epoch_key, config.num_minibatches)
-            return jax.lax.scan(minibatch_step, carry, mbs)
-
-        keys = jax.random.split(key, config.num_epochs)
-        (new_flat, opt_state), aux = jax.lax.scan(epoch, (flat_params, opt_state), keys)
+        (new_flat, opt_state), aux = epochs_of_minibatches(
+            minibatch_step,
+            (flat_params, opt_state),
+            key,
+            config.num_epochs,
+            lambda k: minibatches(flat, k, config.num_minibatches),
+        )
         new_params = unravel(new_flat)
         metrics = {k: v.mean() for k, v in aux.items() if k != "ppo/ratio_dev"}
         # The first minibatch of the first epoch sees the rollout policy: ratio must be 1.
@@ -123,17 +114,6 @@ def make_ppo(config: Config, networks: Networks) -> Algorithm:
         return new_params, PPOState(opt_state, state.updates + 1, kl_beta), metrics
 
     return Algorithm(init, make_critic_batch(config, networks), update)
-
-
-def clip_by_global_norm(grads: Any, max_norm: jax.Array) -> tuple[Any, jax.Array]:
-    """Scale `grads` so their global norm is at most `max_norm`; also return the norm before.
-
-    The same rule as `optax.clip_by_global_norm`, with a traced (vmappable) `max_norm` and
-    the pre-clipping norm kept for the `grad_norm` metric.
-    """
-    norm = optax.global_norm(grads)
-    scale = jnp.where(norm < max_norm, 1.0, max_norm / jnp.maximum(norm, 1e-12))
-    return jax.tree.map(lambda g: g * scale, grads), norm
 
 
 def adapt_kl_beta(beta: jax.Array, kl: jax.Array, kl_target: jax.Array) -> jax.Array:

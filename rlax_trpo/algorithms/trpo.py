@@ -21,64 +21,18 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from rlax_trpo import losses
 from rlax_trpo import trust_region as tr
-from rlax_trpo.algorithms.base import (
-    Algorithm,
-    flatten_batch,
-    make_critic_batch,
-    minibatches,
-    set_learning_rate,
-)
+from rlax_trpo.algorithms.base import Algorithm
+from rlax_trpo.algorithms.common import flatten_batch, make_critic_batch, make_critic_fitter
 from rlax_trpo.config import Config, HParams
-from rlax_trpo.errors import ConfigError
 from rlax_trpo.networks import Networks
 from rlax_trpo.types import Batch, Metrics, Params
 
 
 class TRPOState(NamedTuple):
     value_opt_state: Any  # Adam state of the critic (learning rate in inject_hyperparams)
-
-
-class CriticFitter(NamedTuple):
-    """Adam regression of the critic on the batch's value targets, after the policy step."""
-
-    init: Any  # value_params -> opt_state
-    fit: Any  # (value_params, opt_state, flat_batch, hp, key) -> (value_params, opt_state, loss)
-
-
-def make_critic_fitter(config: Config, networks: Networks) -> CriticFitter:
-    """`value_epochs` epochs of `value_minibatches` shuffled minibatches of Adam on
-    0.5 mean (V(s) - R)^2 with learning rate `hp.value_learning_rate`."""
-    if config.batch_size % config.value_minibatches:
-        raise ConfigError(
-            f"value_minibatches: {config.value_minibatches} does not divide the batch "
-            f"num_envs x num_steps = {config.batch_size}"
-        )
-    optimizer = optax.inject_hyperparams(optax.adam)(learning_rate=1.0, eps=config.adam_eps)
-
-    def loss_fn(value_params: Any, mb: Batch) -> jax.Array:
-        return losses.value_loss(networks.value(value_params, mb.obs), mb.target)
-
-    def fit(value_params: Any, opt_state: Any, flat: Batch, hp: HParams, key: jax.Array):
-        opt_state = set_learning_rate(opt_state, hp.value_learning_rate)
-
-        def step(carry, mb):
-            v_params, o_state = carry
-            loss, grads = jax.value_and_grad(loss_fn)(v_params, mb)
-            updates, o_state = optimizer.update(grads, o_state, v_params)
-            return (optax.apply_updates(v_params, updates), o_state), loss
-
-        def epoch(carry, epoch_key):
-            return jax.lax.scan(step, carry, minibatches(flat, epoch_key, config.value_minibatches))
-
-        keys = jax.random.split(key, config.value_epochs)
-        (value_params, opt_state), loss = jax.lax.scan(epoch, (value_params, opt_state), keys)
-        return value_params, opt_state, loss.mean()
-
-    return CriticFitter(optimizer.init, fit)
 
 
 def surrogate_fn(networks: Networks, flat: Batch, advantages: jax.Array):

@@ -15,17 +15,18 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from rlax_trpo import losses
-from rlax_trpo.algorithms.base import (
-    Algorithm,
+from rlax_trpo.algorithms.base import Algorithm
+from rlax_trpo.algorithms.common import (
+    adam_step,
+    anneal,
     flatten_batch,
     make_critic_batch,
+    make_critic_fitter,
+    make_optimizer,
     set_learning_rate,
 )
-from rlax_trpo.algorithms.ppo import anneal, make_optimizer
-from rlax_trpo.algorithms.trpo import make_critic_fitter
 from rlax_trpo.config import Config, HParams
 from rlax_trpo.networks import Networks
 from rlax_trpo.types import Batch, Params
@@ -58,13 +59,11 @@ def make_vpg(config: Config, networks: Networks) -> Algorithm:
         flat = flatten_batch(batch)
         adv = losses.normalize(flat.advantage) if config.normalize_advantages else flat.advantage
         grads, metrics = jax.grad(loss_fn, has_aux=True)(params.policy, flat, adv, hp)
-        clip = optax.clip_by_global_norm(hp.max_grad_norm)
-        metrics["grad_norm"] = optax.global_norm(grads)
-        grads, _ = clip.update(grads, clip.init(params.policy))
         lr = anneal(config, hp.learning_rate, state.updates)
         opt_state = set_learning_rate(state.opt_state, lr)
-        updates, opt_state = optimizer.update(grads, opt_state, params.policy)
-        policy = optax.apply_updates(params.policy, updates)
+        policy, opt_state, metrics["grad_norm"] = adam_step(
+            optimizer, params.policy, opt_state, grads, hp.max_grad_norm
+        )
 
         old_dist = networks.policy(params.policy, flat.obs)
         metrics["policy/kl"] = old_dist.kl_divergence(networks.policy(policy, flat.obs)).mean()

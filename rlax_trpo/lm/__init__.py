@@ -12,8 +12,6 @@ from rlax_trpo.lm.grpo import (
     GRPOState,
     HParams,
     aggregate_loss,
-    clipped_token_objective,
-    kl_estimate,
     make_grpo,
 )
 from rlax_trpo.lm.model import KVCache, ModelConfig, Transformer, init_cache, init_params
@@ -33,11 +31,9 @@ __all__ = [
     "Transformer",
     "add_task",
     "aggregate_loss",
-    "clipped_token_objective",
     "completion_logits",
     "init_cache",
     "init_params",
-    "kl_estimate",
     "make_grpo",
     "make_task",
     "max_digit_task",

@@ -98,6 +98,10 @@ class LMConfig(BaseModel):
             )
         return self
 
+    def to_dict(self) -> dict:
+        """Plain YAML-able dict (what `config.yaml` holds)."""
+        return self.model_dump()
+
     # ---- builders (host side)
     def make_task(self) -> Task:
         digits = self.num_digits or DEFAULT_DIGITS[self.task]

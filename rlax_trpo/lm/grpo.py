@@ -20,11 +20,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from rlax_trpo import losses, shuffle
+from rlax_trpo import losses
 from rlax_trpo.advantages import group_relative_advantages
+from rlax_trpo.algorithms.common import epochs_of_minibatches, minibatches
 from rlax_trpo.lm.model import ModelConfig, Transformer
 from rlax_trpo.lm.sampling import Completion, completion_logits, sample, token_logprobs
 from rlax_trpo.lm.tasks import EOS, Task, sample_train, score
+from rlax_trpo.losses import masked_mean
 
 LOSS_AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "constant")
 KL_ESTIMATORS = ("k1", "k2", "k3")
@@ -123,43 +125,6 @@ class GRPO(NamedTuple):
 # ----------------------------------------------------------------------------- maths
 
 
-def kl_estimate(logp: jax.Array, ref_logp: jax.Array, estimator: str = "k3") -> jax.Array:
-    """Per-token estimate of KL(pi_theta || pi_ref) from tokens sampled by pi_theta.
-
-    With log rho = log pi_ref - log pi_theta (Schulman 2020, "Approximating KL divergence"):
-        k1 = -log rho,   k2 = (log rho)^2 / 2,   k3 = rho - 1 - log rho  (>= 0, unbiased).
-
-    Args:
-      logp, ref_logp: `[B, C]` log-probabilities of the sampled tokens.
-    """
-    chex.assert_equal_shape([logp, ref_logp])
-    return losses.kl_estimate(ref_logp - logp, estimator)
-
-
-def clipped_token_objective(
-    logp: jax.Array,
-    old_logp: jax.Array,
-    advantages: jax.Array,
-    eps_low: float | jax.Array,
-    eps_high: float | jax.Array,
-) -> tuple[jax.Array, jax.Array]:
-    """Per-token clipped surrogate with decoupled clip range (DAPO's clip-higher).
-
-        r_t = pi_theta(o_t) / pi_old(o_t)
-        J_t = min(r_t A, clip(r_t, 1 - eps_low, 1 + eps_high) A)
-
-    Args:
-      logp, old_logp: `[B, C]`; advantages: `[B, C]` (a sequence's advantage on every token).
-
-    Returns:
-      (J `[B, C]`, ratio `[B, C]`).
-    """
-    chex.assert_equal_shape([logp, old_logp, advantages])
-    ratio = jnp.exp(logp - old_logp)
-    clipped = jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)
-    return jnp.minimum(ratio * advantages, clipped * advantages), ratio
-
-
 def aggregate_loss(
     per_token: jax.Array, mask: jax.Array, seq_weight: jax.Array, kind: str, max_len: int
 ) -> jax.Array:
@@ -185,11 +150,6 @@ def aggregate_loss(
     if kind == "constant":
         return jnp.sum(seq_weight * seq_sum) / (num_seqs * max_len)
     raise ValueError(f"unknown loss_agg {kind!r}; use one of {LOSS_AGGREGATIONS}")
-
-
-def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
-    """sum(mask * x) / sum(mask), with padding excluded by `where`."""
-    return jnp.sum(jnp.where(mask > 0, x, 0.0)) / jnp.maximum(mask.sum(), 1.0)
 
 
 # ----------------------------------------------------------------------------- algorithm
@@ -224,10 +184,9 @@ def grpo_loss(
     logits = completion_logits(apply_fn, params, batch.prompts, batch.tokens)
     logp, _ = token_logprobs(logits, batch.tokens, hp.temperature)
     adv = jnp.broadcast_to(batch.advantages[:, None], logp.shape)
-    objective, ratio = clipped_token_objective(
-        logp, batch.old_logprobs, adv, hp.clip_eps_low, hp.clip_eps_high
-    )
-    kl = kl_estimate(logp, batch.ref_logprobs, cfg.kl_estimator)
+    ratio = jnp.exp(logp - batch.old_logprobs)
+    objective = losses.clipped_surrogate(ratio, adv, hp.clip_eps_low, hp.clip_eps_high)
+    kl = losses.kl_estimate(batch.ref_logprobs - logp, cfg.kl_estimator)  # KL(pi || pi_ref)
     per_token = -objective + hp.kl_beta * kl
     loss = aggregate_loss(per_token, batch.mask, batch.seq_weight, cfg.loss_agg, cfg.max_new_tokens)
     mask = batch.mask
@@ -235,7 +194,9 @@ def grpo_loss(
         "grpo/clip_frac_low": masked_mean((adv < 0) & (ratio < 1.0 - hp.clip_eps_low), mask),
         "grpo/clip_frac_high": masked_mean((adv > 0) & (ratio > 1.0 + hp.clip_eps_high), mask),
         "grpo/ratio_mean": masked_mean(ratio, mask),
-        "policy/approx_kl_old": masked_mean(kl_estimate(logp, batch.old_logprobs, "k3"), mask),
+        "policy/approx_kl_old": masked_mean(
+            losses.kl_estimate(batch.old_logprobs - logp, "k3"), mask
+        ),
         "policy/kl_ref": masked_mean(kl, mask),
     }
     return loss, aux
@@ -320,18 +281,16 @@ def make_grpo(model_config: ModelConfig, task: Task, cfg: GRPOConfig) -> GRPO:
             (loss, aux), grads = grad_fn(params, mb, hp, cfg, apply_fn)
             updates, opt_state = optimizer.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
-            aux = {**aux, "loss/total": loss, "loss/grad_norm": optax.global_norm(grads)}
+            aux = {**aux, "loss/total": loss, "loss/grad_norm": optax.tree.norm(grads)}
             return (params, opt_state), aux
 
-        def epoch(carry, epoch_key):
-            perm = shuffle.permutation(epoch_key, batch_size)
-            shuffled = jax.tree.map(
-                lambda x: x[perm].reshape((cfg.num_minibatches, -1) + x.shape[1:]), batch
-            )
-            return jax.lax.scan(minibatch_step, carry, shuffled)
-
-        keys = jax.random.split(key, cfg.num_epochs)
-        (params, opt_state), aux = jax.lax.scan(epoch, (params, opt_state), keys)
+        (params, opt_state), aux = epochs_of_minibatches(
+            minibatch_step,
+            (params, opt_state),
+            key,
+            cfg.num_epochs,
+            lambda k: minibatches(batch, k, cfg.num_minibatches),
+        )
         metrics = jax.tree.map(jnp.mean, aux)  # [epochs, minibatches] -> scalar
         metrics["grpo/ratio_first"] = aux["grpo/ratio_mean"][0, 0]
         return params, opt_state, metrics

@@ -12,10 +12,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from rlax_trpo.lm.grpo import HParams, make_optimizer, masked_mean, set_hyperparams
+from rlax_trpo.lm.grpo import HParams, make_optimizer, set_hyperparams
 from rlax_trpo.lm.model import ModelConfig, Transformer
 from rlax_trpo.lm.sampling import completion_logits, token_logprobs
 from rlax_trpo.lm.tasks import PAD, Task, sample_train
+from rlax_trpo.losses import masked_mean
 
 
 def sft_loss(params, apply_fn, prompts: jax.Array, targets: jax.Array) -> jax.Array:

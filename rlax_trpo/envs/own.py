@@ -1,7 +1,7 @@
 """Environments of this library's own, written as gymnax environments.
 
-Importing this module registers them with `rlax_trpo.envs.register_env`; `rlax_trpo.envs`
-imports it lazily, the first time an environment is looked up by name.
+The registry (`rlax_trpo.envs.registry`) names their factories and imports this module the
+first time one of them is made.
 
 * `MaxDigit-qa`: a contextual question-answer bandit, the setting GRPO was designed for. The
   "question" is `num_digits` random digits in `[0, num_values)` shown one-hot; the "answer" is
@@ -17,8 +17,6 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 from gymnax.environments import environment, spaces
-
-from rlax_trpo.envs import register_env
 
 
 @struct.dataclass
@@ -99,9 +97,7 @@ class MaxDigit(environment.Environment[MaxDigitState, MaxDigitParams]):
         )
 
 
-def _max_digit(num_digits: int = 4, num_values: int = 10):
+def max_digit(num_digits: int = 4, num_values: int = 10) -> tuple[MaxDigit, MaxDigitParams]:
+    """The `MaxDigit-qa` factory: a gymnax `(environment, env_params)` pair."""
     env = MaxDigit(num_digits, num_values)
     return env, env.default_params
-
-
-register_env("MaxDigit-qa", _max_digit)

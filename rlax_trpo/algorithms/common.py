@@ -1,0 +1,183 @@
+"""The toolbox every algorithm shares: optimiser, annealing, clipping, batches, critic fitting.
+
+Algorithms import from here (and from the maths modules), never from each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from rlax_trpo import advantages as adv_lib
+from rlax_trpo import losses, shuffle
+from rlax_trpo.config import Config, HParams
+from rlax_trpo.errors import ConfigError
+from rlax_trpo.networks import Networks
+from rlax_trpo.types import Batch, Params, Trajectory
+
+# ---------------------------------------------------------------- optimiser
+
+
+def make_optimizer(config: Config) -> optax.GradientTransformation:
+    """Adam (eps `config.adam_eps`) or SGD, its learning rate in `inject_hyperparams` state,
+    so it is a traced value that can be annealed and vmapped (`set_learning_rate`)."""
+    if config.optimizer == "sgd":
+        return optax.inject_hyperparams(optax.sgd)(learning_rate=1.0)
+    return optax.inject_hyperparams(optax.adam)(learning_rate=1.0, eps=config.adam_eps)
+
+
+def set_learning_rate(opt_state: Any, learning_rate: jax.Array) -> Any:
+    """Write the learning rate into an `optax.inject_hyperparams` state (vmappable hp)."""
+    hyper = dict(opt_state.hyperparams)
+    hyper["learning_rate"] = jnp.asarray(learning_rate, jnp.float32)
+    return opt_state._replace(hyperparams=hyper)
+
+
+def anneal(config: Config, learning_rate: jax.Array, updates: jax.Array) -> jax.Array:
+    """Linear decay from `learning_rate` to 0 over the run when `config.anneal_lr`."""
+    if not config.anneal_lr:
+        return learning_rate
+    frac = 1.0 - updates.astype(jnp.float32) / config.num_iterations
+    return learning_rate * frac
+
+
+def clip_by_global_norm(grads: Any, max_norm: jax.Array) -> tuple[Any, jax.Array]:
+    """Scale `grads` so their global norm is at most `max_norm`; also return the norm before.
+
+    The rule of `optax.clip_by_global_norm`, with a traced (vmappable) `max_norm` and the
+    pre-clipping norm kept for the `grad_norm` metric.
+    """
+    norm = optax.tree.norm(grads)
+    scale = jnp.where(norm < max_norm, 1.0, max_norm / jnp.maximum(norm, 1e-12))
+    return jax.tree.map(lambda g: g * scale, grads), norm
+
+
+def adam_step(
+    optimizer: optax.GradientTransformation,
+    params: Any,
+    opt_state: Any,
+    grads: Any,
+    max_grad_norm: jax.Array,
+) -> tuple[Any, Any, jax.Array]:
+    """Clip `grads` by global norm, apply one optimiser step: (params, opt_state, norm)."""
+    grads, norm = clip_by_global_norm(grads, max_grad_norm)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, norm
+
+
+# ---------------------------------------------------------------- batches
+
+
+def flatten_batch(batch: Any) -> Any:
+    """`[T, B, ...]` -> `[T * B, ...]` on every leaf."""
+    return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
+
+
+def minibatches(batch: Any, key: jax.Array, num_minibatches: int) -> Any:
+    """Shuffle a batch along its leading axis `[N, ...]` and split every leaf into
+    `[num_minibatches, N / num_minibatches, ...]`."""
+    n = jax.tree.leaves(batch)[0].shape[0]
+    perm = shuffle.permutation(key, n)
+    return jax.tree.map(
+        lambda x: jnp.take(x, perm, axis=0).reshape((num_minibatches, -1) + x.shape[1:]), batch
+    )
+
+
+def epochs_of_minibatches(
+    step: Callable[[Any, Any], tuple[Any, Any]],
+    carry: Any,
+    key: jax.Array,
+    num_epochs: int,
+    make_minibatches: Callable[[jax.Array], Any],
+) -> tuple[Any, Any]:
+    """`num_epochs` passes of `step` over freshly shuffled minibatches, as two nested scans.
+
+    `make_minibatches(epoch_key)` returns the epoch's minibatches stacked on a leading axis;
+    `step(carry, minibatch) -> (carry, aux)`. Returns the final carry and `aux` stacked
+    `[num_epochs, num_minibatches, ...]`.
+    """
+
+    def epoch(carry, epoch_key):
+        return jax.lax.scan(step, carry, make_minibatches(epoch_key))
+
+    return jax.lax.scan(epoch, carry, jax.random.split(key, num_epochs))
+
+
+# ---------------------------------------------------------------- advantages and the critic
+
+
+def estimate_advantages(
+    config: Config, traj: Trajectory, values: jax.Array, next_values: jax.Array, hp: HParams
+) -> jax.Array:
+    """The advantage estimator selected by `config.advantage` on a `[T, B]` rollout."""
+    args = (traj.reward, values, next_values, traj.terminated, traj.truncated, hp.gamma)
+    if config.advantage == "gae":
+        return adv_lib.gae_from_env(*args, hp.gae_lambda)
+    if config.advantage == "mc":
+        return adv_lib.monte_carlo_from_env(*args)
+    if config.advantage == "nstep":
+        return adv_lib.n_step_from_env(*args, config.n_step)
+    raise ValueError(f"unknown advantage estimator {config.advantage!r}")
+
+
+def make_critic_batch(config: Config, networks: Networks) -> Callable[..., Batch]:
+    """`make_batch` for methods with a critic: V(obs), V(final_obs), advantages, targets.
+
+    Values are computed after the rollout in one batched call per array (cheaper than one
+    call per step); `final_obs` is the pre-reset observation, so truncated steps bootstrap.
+    """
+
+    def make_batch(params: Params, traj: Trajectory, hp: HParams) -> Batch:
+        values = networks.value(params.value, traj.obs)
+        next_values = networks.value(params.value, traj.final_obs)
+        advantages = estimate_advantages(config, traj, values, next_values, hp)
+        targets = advantages + values
+        return Batch(traj.obs, traj.action, traj.log_prob, advantages, targets, values)
+
+    return make_batch
+
+
+class CriticFitter(NamedTuple):
+    """Adam regression of the critic on the batch's value targets, after the policy step."""
+
+    init: Callable[[Any], Any]  # value_params -> opt_state
+    # (value_params, opt_state, flat_batch, hp, key) -> (value_params, opt_state, mean loss)
+    fit: Callable[..., tuple[Any, Any, jax.Array]]
+
+
+def make_critic_fitter(config: Config, networks: Networks) -> CriticFitter:
+    """`value_epochs` epochs of `value_minibatches` shuffled minibatches of Adam on
+    0.5 mean (V(s) - R)^2 with learning rate `hp.value_learning_rate`."""
+    if config.batch_size % config.value_minibatches:
+        raise ConfigError(
+            f"value_minibatches: {config.value_minibatches} does not divide the batch "
+            f"num_envs x num_steps = {config.batch_size}"
+        )
+    optimizer = optax.inject_hyperparams(optax.adam)(learning_rate=1.0, eps=config.adam_eps)
+
+    def loss_fn(value_params: Any, mb: Batch) -> jax.Array:
+        return losses.value_loss(networks.value(value_params, mb.obs), mb.target)
+
+    def fit(value_params: Any, opt_state: Any, flat: Batch, hp: HParams, key: jax.Array):
+        opt_state = set_learning_rate(opt_state, hp.value_learning_rate)
+
+        def step(carry, mb):
+            v_params, o_state = carry
+            loss, grads = jax.value_and_grad(loss_fn)(v_params, mb)
+            updates, o_state = optimizer.update(grads, o_state, v_params)
+            return (optax.apply_updates(v_params, updates), o_state), loss
+
+        (value_params, opt_state), loss = epochs_of_minibatches(
+            step,
+            (value_params, opt_state),
+            key,
+            config.value_epochs,
+            lambda k: minibatches(flat, k, config.value_minibatches),
+        )
+        return value_params, opt_state, loss.mean()
+
+    return CriticFitter(optimizer.init, fit)

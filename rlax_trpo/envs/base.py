@@ -1,0 +1,48 @@
+"""The environment contract every suite is adapted to (gymnax 1.0's, as pure functions).
+
+`Env.step` auto-resets and returns `terminated` and `truncated` apart, and `final_obs`, the
+observation before the automatic reset, so truncated steps bootstrap from V(final_obs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+
+
+class EnvSpec(NamedTuple):
+    """Static facts about an environment's spaces (host-side Python values)."""
+
+    obs_shape: tuple[int, ...]
+    discrete: bool
+    num_actions: int  # categories if discrete, action dimensions if continuous
+    action_low: Any = None  # float array `[num_actions]` (continuous only)
+    action_high: Any = None
+    max_episode_steps: int = 0
+
+
+class StepResult(NamedTuple):
+    obs: jax.Array
+    state: Any
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    final_obs: jax.Array
+
+
+class Env(NamedTuple):
+    """Pure functions over a single environment instance (vmap them for a batch).
+
+    reset(key) -> (obs, state)
+    step(key, state, action) -> StepResult (auto-resets; `final_obs` is pre-reset)
+    render: optional host function `(env_states, returns, path)` writing a GIF of recorded
+      states (`train.py eval --gif`); None where the suite cannot render.
+    """
+
+    reset: Callable[[jax.Array], tuple[jax.Array, Any]]
+    step: Callable[[jax.Array, Any, jax.Array], StepResult]
+    spec: EnvSpec
+    name: str
+    render: Callable[[list, Any, str], None] | None = None

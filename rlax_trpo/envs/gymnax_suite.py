@@ -1,0 +1,109 @@
+"""gymnax 1.0 environments adapted to the `Env` contract (the default suite).
+
+gymnax's `step` returns `(obs, state, reward, terminated, truncated, info)` with
+`info["final_observation"]` the observation before the automatic reset; both flags and that
+observation are kept. Box actions are clipped to their bounds here (the policy's unclipped
+Gaussian sample is what the trajectory stores).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from rlax_trpo.envs.base import Env, EnvSpec, StepResult
+from rlax_trpo.errors import ConfigError
+
+
+def names() -> list[str]:
+    import gymnax
+
+    return list(gymnax.registered_envs)
+
+
+def make(name: str, env_kwargs: dict[str, Any], flatten: bool) -> Env:
+    import gymnax
+
+    gym_env, params = gymnax.make(name)
+    return from_gymnax(gym_env, params, name=name, env_kwargs=env_kwargs, flatten=flatten)
+
+
+def from_gymnax(
+    gym_env: Any,
+    params: Any,
+    name: str,
+    env_kwargs: dict[str, Any] | None = None,
+    flatten: bool = True,
+) -> Env:
+    """Adapt a gymnax 1.0 environment and its `EnvParams` (fields replaced by `env_kwargs`)."""
+    from gymnax.environments import spaces
+
+    if env_kwargs:
+        unknown = sorted(set(env_kwargs) - set(vars(params)))
+        if unknown:
+            raise ConfigError(
+                f"env_kwargs.{unknown[0]}: not a parameter of {name}; allowed: "
+                f"{', '.join(sorted(vars(params)))}"
+            )
+        params = params.replace(**env_kwargs)
+
+    raw_shape = tuple(int(d) for d in gym_env.observation_space(params).shape)
+    obs_shape = (math.prod(raw_shape),) if flatten else raw_shape
+    act_space = gym_env.action_space(params)
+    if isinstance(act_space, spaces.Discrete):
+        spec = EnvSpec(obs_shape, True, int(act_space.n))
+        to_env_action = lambda a: a
+    elif isinstance(act_space, spaces.Box):
+        act_shape = tuple(act_space.shape)
+        dims = math.prod(act_shape or (1,))
+        low = jnp.broadcast_to(jnp.asarray(act_space.low, jnp.float32), (dims,))
+        high = jnp.broadcast_to(jnp.asarray(act_space.high, jnp.float32), (dims,))
+        spec = EnvSpec(obs_shape, False, dims, low, high)
+        to_env_action = lambda a: jnp.clip(a, low, high).reshape(act_shape)
+    else:
+        raise ConfigError(f"env: {name} has an unsupported action space {type(act_space).__name__}")
+    spec = spec._replace(max_episode_steps=int(getattr(params, "max_steps_in_episode", 0)))
+
+    def prep(obs):
+        return jnp.asarray(obs, jnp.float32).reshape(obs_shape)
+
+    def reset(key):
+        obs, state = gym_env.reset(key, params)
+        return prep(obs), state
+
+    def step(key, state, action):
+        obs, state, reward, terminated, truncated, info = gym_env.step(
+            key, state, to_env_action(action), params
+        )
+        return StepResult(
+            prep(obs),
+            state,
+            jnp.asarray(reward, jnp.float32),
+            jnp.asarray(terminated, bool),
+            jnp.asarray(truncated, bool),
+            prep(info["final_observation"]),
+        )
+
+    def render(states: list, returns: Any, path: str) -> None:
+        _render_gif(gym_env, params, states, returns, path)
+
+    return Env(reset, step, spec, name, render)
+
+
+def _render_gif(gym_env: Any, params: Any, states: list, returns: Any, path: str) -> None:
+    """gymnax's `Visualizer` to a GIF, quietly (no audio or display is needed for it)."""
+    import os
+
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")  # pygame: no ALSA probing
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from gymnax.visualize import Visualizer
+
+    states = [jax.tree.map(lambda x: jnp.asarray(x), s) for s in states]
+    Visualizer(gym_env, params, states, returns).animate(str(path))

@@ -1,0 +1,122 @@
+"""Environments by name: single environments, and suites that own a `prefix/` of names.
+
+    make_env("CartPole-v1")          gymnax (the default suite for names without a prefix)
+    make_env("gymnax/CartPole-v1")   the same, explicitly
+    make_env("MaxDigit-qa")          this library's own environments (`rlax_trpo.envs.own`)
+
+A user adds one environment with `register_env(name, factory)` (the factory returns a
+gymnax 1.0 `(environment, env_params)` pair, or an `Env`), or a whole suite with
+`register_suite(prefix, make, names)`; see docs/extending.md. Built-in entries are named by
+`"module:attribute"` strings and imported on first use, so importing this module imports no
+environment library.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from rlax_trpo.envs.base import Env
+from rlax_trpo.errors import ConfigError
+
+EnvFactory = Callable[[], Any]  # -> (gymnax environment, env_params) or Env
+
+
+class Suite(NamedTuple):
+    """`make(name, env_kwargs, flatten) -> Env` for names `prefix/<name>`; `names()` lists
+    them (for error messages and `valid_env_names`)."""
+
+    make: Callable[[str, dict[str, Any], bool], Env] | str
+    names: Callable[[], list[str]] | str
+
+
+_ENVS: dict[str, EnvFactory | str] = {"MaxDigit-qa": "rlax_trpo.envs.own:max_digit"}
+_SUITES: dict[str, Suite] = {
+    "gymnax": Suite("rlax_trpo.envs.gymnax_suite:make", "rlax_trpo.envs.gymnax_suite:names"),
+}
+DEFAULT_SUITE = "gymnax"  # names without a prefix that are not registered environments
+
+
+def _load(ref: Any) -> Any:
+    if isinstance(ref, str):
+        module, _, attr = ref.partition(":")
+        return getattr(importlib.import_module(module), attr)
+    return ref
+
+
+def register_env(name: str, factory: EnvFactory | str) -> None:
+    """Register one environment under `name` (host-side; re-registering replaces it).
+
+    `factory()` returns a gymnax 1.0 `(environment, env_params)` pair (adapted like gymnax's
+    own environments; `env_kwargs` replace fields of `env_params`) or a ready `Env`.
+    """
+    if not isinstance(name, str) or not name or "/" in name:
+        raise ValueError(f"register_env: {name!r} must be a non-empty name without '/'")
+    _ENVS[name] = factory
+
+
+def register_suite(
+    prefix: str,
+    make: Callable[[str, dict[str, Any], bool], Env] | str,
+    names: Callable[[], list[str]] | str,
+) -> None:
+    """Register a suite: `make(name, env_kwargs, flatten) -> Env` serves `prefix/<name>`."""
+    if not isinstance(prefix, str) or not prefix or "/" in prefix:
+        raise ValueError(f"register_suite: {prefix!r} must be a non-empty prefix without '/'")
+    _SUITES[prefix] = Suite(make, names)
+
+
+def valid_env_names() -> list[str]:
+    """Every name `make_env` accepts (default-suite names without their prefix)."""
+    out = []
+    for prefix, suite in _SUITES.items():
+        names = _load(suite.names)()
+        out += names if prefix == DEFAULT_SUITE else [f"{prefix}/{n}" for n in names]
+    return out + sorted(_ENVS)
+
+
+def _resolve(name: str) -> tuple[str | None, str]:
+    """(suite prefix or None for a registered environment, the name within it)."""
+    if name in _ENVS:
+        return None, name
+    prefix, sep, rest = name.partition("/")
+    if sep and prefix in _SUITES:
+        return prefix, rest
+    return DEFAULT_SUITE, name
+
+
+def check_env_name(name: str) -> None:
+    """Raise a one-line ConfigError listing the valid names if `name` is unknown."""
+    prefix, rest = _resolve(name)
+    if prefix is None or rest in _load(_SUITES[prefix].names)():
+        return
+    names = valid_env_names()
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ConfigError(f"env: unknown environment {name!r}{hint}; valid names: {', '.join(names)}")
+
+
+def make_env(name: str, env_kwargs: dict[str, Any] | None = None, flatten: bool = True) -> Env:
+    """Build the `Env` registered under `name`.
+
+    Args:
+      name: a registered environment, `prefix/<name>` of a suite, or a gymnax name
+        (`CartPole-v1`, `Breakout-MinAtar`, ...).
+      env_kwargs: environment parameters to replace (e.g. `max_steps_in_episode`).
+      flatten: flatten observations to vectors (MLP); False keeps images (CNN).
+    """
+    check_env_name(name)
+    prefix, rest = _resolve(name)
+    kwargs = dict(env_kwargs or {})
+    if prefix is not None:
+        return _load(_SUITES[prefix].make)(rest, kwargs, flatten)
+    made = _load(_ENVS[name])()
+    if isinstance(made, Env):
+        if kwargs:
+            raise ConfigError(f"env_kwargs: {name} is a ready Env and takes no env_kwargs")
+        return made
+    from rlax_trpo.envs.gymnax_suite import from_gymnax
+
+    return from_gymnax(*made, name=name, env_kwargs=kwargs, flatten=flatten)

@@ -1,0 +1,49 @@
+"""`make_program(config)`: what `experiment.run` compiles and drives, for either kind of config.
+
+A control `Config` (gymnax and registered environments) becomes the training loop of
+`rlax_trpo.training` with greedy-episode evaluation; a language-model config
+(`algorithm: grpo_lm`) becomes `rlax_trpo.lm.program`'s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlax_trpo import report
+from rlax_trpo.config import Config
+from rlax_trpo.evaluate import make_evaluate
+from rlax_trpo.lm.config import LMConfig
+from rlax_trpo.lm.program import make_lm_program
+from rlax_trpo.training import ProgressFn, make_trainer
+from rlax_trpo.types import Program
+
+
+def control_program(config: Config, progress: ProgressFn | None = None) -> Program:
+    """The training loop of `config` as a `Program` (host side, before any tracing)."""
+    trainer = make_trainer(config, progress)  # ConfigError for bad names and sizes
+    evaluate = make_evaluate(config, trainer.env, trainer.networks, config.eval_episodes)
+
+    def summarize(metrics, scores, state, sweep, seeds, facts) -> dict[str, Any]:
+        return report.return_summary(metrics, scores, sweep, seeds)
+
+    return Program(
+        name=config.env,
+        hparams=config.hp,
+        init=trainer.init,
+        run=trainer.run,
+        evaluate=evaluate,
+        steps_per_iteration=config.batch_size,
+        unit="env steps",
+        num_envs=config.num_envs,
+        eval_every=None,
+        eval_metric="eval/return",
+        curve="episode/return",
+        summarize=summarize,
+    )
+
+
+def make_program(config: Config | LMConfig, progress: ProgressFn | None = None) -> Program:
+    """The `Program` of a control or a language-model configuration."""
+    if isinstance(config, LMConfig):
+        return make_lm_program(config, progress)
+    return control_program(config, progress)

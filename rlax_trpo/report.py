@@ -1,0 +1,285 @@
+"""Run reports: the `summary.json` schema, `metrics.csv`, plots and the printed summary.
+
+Host-side only; it consumes the `[population, iterations]` metric arrays a run returns.
+Population members are laid out setting-major (member m = setting m // seeds, seed m % seeds).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlax_trpo import stats
+from rlax_trpo.sweep import Sweep, setting_label
+
+
+def write_metrics_csv(
+    path: Path,
+    metrics: Mapping[str, np.ndarray],
+    steps_per_iteration: int,
+    extra_columns: Mapping[str, Sequence[Any]] | None = None,
+    seed_ids: Sequence[int] | None = None,
+) -> None:
+    """One row per population member x iteration: seed, iteration, env_steps, then metrics.
+
+    `extra_columns` maps a column name to one value per member (e.g. swept hyperparameters);
+    `seed_ids` is each member's seed index (default: the member index).
+    """
+    names = sorted(metrics)
+    num_members, iters = metrics[names[0]].shape
+    extra = dict(extra_columns or {})
+    seeds = list(seed_ids) if seed_ids is not None else list(range(num_members))
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["seed", "iteration", "env_steps", *extra, *names])
+        for s in range(num_members):
+            for i in range(iters):
+                row = [seeds[s], i, (i + 1) * steps_per_iteration]
+                row += [
+                    _fmt(float(extra[k][s])) if isinstance(extra[k][s], float) else extra[k][s]
+                    for k in extra
+                ]
+                row += [_fmt(metrics[n][s, i]) for n in names]
+                writer.writerow(row)
+
+
+def _fmt(x: float) -> str:
+    return "nan" if not math.isfinite(x) else f"{x:.6g}"
+
+
+def _mean_std(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and std over axis 0 ignoring NaN (iterations before any episode ended), quietly."""
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(values, axis=0), np.nanstd(values, axis=0)
+
+
+def plot_curves(
+    path: Path,
+    curves: Mapping[str, np.ndarray],
+    steps_per_iteration: int,
+    title: str,
+    ylabel: str = "episode/return",
+) -> None:
+    """One line per entry of `curves` (label -> `[seeds, iterations]`): the mean over seeds
+    with a band of +- one std."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
+    for label, values in curves.items():
+        steps = (np.arange(values.shape[-1]) + 1) * steps_per_iteration
+        mean, std = _mean_std(values)
+        (line,) = ax.plot(steps, mean, label=label)
+        if values.shape[0] > 1:
+            ax.fill_between(steps, mean - std, mean + std, alpha=0.2, color=line.get_color())
+    ax.set_xlabel("environment steps (per seed)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def return_summary(
+    metrics: Mapping[str, np.ndarray], eval_returns: np.ndarray, sweep: Sweep, seeds: int
+) -> dict[str, Any]:
+    """The return figures of a control run for `summary.json`.
+
+    Top-level figures are those of the best setting (highest IQM of final returns) when
+    hyperparameters were swept, never a pool of settings; `members` has one entry per setting.
+    """
+    finals = stats.final_returns(metrics)
+    members, best = stats.member_summaries(finals, sweep, seeds, eval_returns)
+    chosen = best if best is not None else 0
+    rows = slice(chosen * seeds, (chosen + 1) * seeds)
+    mine, evals = finals[rows], np.asarray(eval_returns)[rows]
+    ok = mine[np.isfinite(mine)]
+    summary: dict[str, Any] = {
+        "final_return_mean": float(ok.mean()) if ok.size else None,
+        "final_return_std": float(ok.std()) if ok.size else None,
+        "final_return_per_seed": mine,
+        "eval_return_mean": float(evals.mean()),
+        "eval_return_std": float(evals.mean(axis=1).std()),
+        "eval_episodes_per_seed": int(evals.shape[1]),
+    }
+    if sweep.names:
+        summary["returns_of"] = "best setting"
+    summary["members"] = members
+    summary["best"] = (
+        None
+        if best is None
+        else {
+            "index": best,
+            **{
+                k: members[best][k]
+                for k in ("hp", "final_return_mean", "final_return_iqm", "final_return_iqm_ci95")
+            },
+        }
+    )
+    return summary
+
+
+def divergence(
+    metrics: Mapping[str, np.ndarray], diverged_at: np.ndarray | None, seeds: int
+) -> dict[str, Any] | None:
+    """Where the run first became non-finite (`summary["diverged"]`), or None."""
+    bad = stats.first_nonfinite(metrics)
+    diverged_at = np.full(1, -1) if diverged_at is None else np.asarray(diverged_at)
+    if not (diverged_at >= 0).any() and bad is None:
+        return None
+    member = int(np.argmax(diverged_at >= 0)) if (diverged_at >= 0).any() else bad[0]
+    it = int(diverged_at[member]) if diverged_at[member] >= 0 else bad[1]
+    return {
+        "seed": member % seeds,
+        "member": member,
+        "iteration": it,
+        "metric": bad[2] if bad else "parameters",
+    }
+
+
+def write_run_files(
+    folder: Path,
+    metrics: Mapping[str, np.ndarray],
+    summary: Mapping[str, Any],
+    sweep: Sweep,
+    steps_per_iteration: int,
+    curve: str = "episode/return",
+) -> None:
+    """metrics.csv, learning_curve.png (metric `curve` of the best setting), sweep.png (every
+    setting, when swept) and, written last so that a run folder with a summary is whole,
+    summary.json."""
+    seeds = int(summary["num_seeds"])
+    settings = sweep.settings or [{}]
+    population = len(settings) * seeds
+    extra = {
+        name: [float(settings[m // seeds][name]) for m in range(population)] for name in sweep.names
+    }
+    seed_ids = [m % seeds for m in range(population)]
+    write_metrics_csv(folder / "metrics.csv", metrics, steps_per_iteration, extra, seed_ids)
+    title = f"{summary['algorithm']} on {summary['env']}"
+    returns = metrics[curve].reshape(len(settings), seeds, -1)
+    best = (summary.get("best") or {}).get("index", 0)
+    label = f"mean of {seeds} seed(s)"
+    if sweep.names:
+        label += f", best setting {setting_label(settings[best])}"
+        curves = {setting_label(s): r for s, r in zip(settings, returns, strict=True)}
+        plot_curves(
+            folder / "sweep.png",
+            curves,
+            steps_per_iteration,
+            f"{title}: {len(settings)} settings x {seeds} seeds",
+            curve,
+        )
+    plot_curves(
+        folder / "learning_curve.png", {label: returns[best]}, steps_per_iteration, title, curve
+    )
+    write_json(folder / ".summary.json.tmp", summary)
+    os.replace(folder / ".summary.json.tmp", folder / "summary.json")
+
+
+def write_json(path: Path, data: Mapping[str, Any]) -> None:
+    path.write_text(json.dumps(_jsonable(data), indent=2, sort_keys=False) + "\n")
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, Mapping):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, np.ndarray):
+        return [_jsonable(v) for v in x.tolist()]
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (np.floating, float)):
+        return None if not math.isfinite(float(x)) else float(x)
+    if isinstance(x, np.integer):
+        return int(x)
+    return x
+
+
+def format_summary(summary: Mapping[str, Any], out: Path) -> str:
+    """The lines printed at the end of a run: speed, the result (for a sweep: the best
+    setting with its IQM interval, then a line per setting), and the run folder."""
+    settings = summary.get("num_settings", 1)
+    who = f"{summary['num_seeds']} seed(s)" + (f" x {settings} settings" if settings > 1 else "")
+    unit = summary.get("unit", "env steps")
+    lines = [
+        f"{summary['algorithm']} on {summary['env']}: {who} x "
+        f"{summary['total_env_steps']:,} {unit} in {summary['wall_seconds']:.1f} s "
+        f"(+ {summary['compile_seconds']:.1f} s compile) on {summary.get('num_devices', 1)} "
+        f"device(s), {summary['env_steps_per_second']:,.0f} {unit}/s"
+    ]
+    if "final_accuracy" in summary:  # a language-model run
+        lines.append(
+            f"greedy accuracy on {summary['eval_size']} held-out prompts: "
+            f"{summary['initial_accuracy']:.3f} before GRPO -> {summary['final_accuracy']:.3f} "
+            f"(per seed {', '.join(f'{a:.3f}' for a in summary['final_accuracy_per_seed'])})"
+        )
+        lines.append(f"run folder: {out}")
+        return "\n".join(lines)
+    fr, fs = summary.get("final_return_mean"), summary.get("final_return_std")
+    final = f"{fr:.1f} +- {fs:.1f}" if fr is not None else "n/a (no finished episodes)"
+    best = summary.get("best")
+    if settings > 1 and best is not None:
+        iqm, ci = best["final_return_iqm"], best["final_return_iqm_ci95"]
+        lines.append(
+            f"best setting {setting_label(best['hp'])}: final return IQM {iqm:.1f} "
+            f"[{ci[0]:.1f}, {ci[1]:.1f}], mean {final} over {summary['num_seeds']} seed(s)"
+        )
+    else:
+        lines.append(f"final return (training policy, last 10% of iterations): {final}")
+    lines.append(f"greedy evaluation return: {summary['eval_return_mean']:.1f}")
+    if settings > 1:
+        for m in summary["members"]:
+            iqm, ci = m["final_return_iqm"], m["final_return_iqm_ci95"]
+            shown = f"IQM {iqm:.1f} [{ci[0]:.1f}, {ci[1]:.1f}]" if iqm is not None else "n/a"
+            mark = "  <- best" if best and best["index"] == m["index"] else ""
+            lines.append(
+                f"  {setting_label(m['hp'])}: final return {shown}, greedy "
+                f"{m['eval_return_mean']:.1f}{mark}"
+            )
+    lines.append(f"run folder: {out}")
+    return "\n".join(lines)
+
+
+def format_outcome(result: Any) -> tuple[str, str, int]:
+    """(stdout text, stderr text, exit status) at the end of a run (`experiment.RunResult`):
+    0 complete, 1 diverged (parameters before it kept), 128 + signal when interrupted."""
+    import signal
+
+    if result.status == "interrupted":
+        name = signal.Signals(result.signal).name
+        done = next(iter(result.metrics.values())).shape[1]
+        return (
+            "",
+            (
+                f"error: interrupted by {name} after iteration {done}; checkpoint saved; resume "
+                f"with: python train.py --resume {result.out}\n"
+            ),
+            128 + result.signal,
+        )
+    if result.summary is None:  # another process of a multi-host run wrote the folder
+        return "", "", 0
+    text = format_summary(result.summary, result.out) + "\n"
+    if result.status != "diverged":
+        return text, "", 0
+    d = result.summary["diverged"]
+    return (
+        text,
+        (
+            f"error: run diverged: seed {d['seed']} became non-finite at iteration "
+            f"{d['iteration']} ({d['metric']}); parameters before it were kept in {result.out}\n"
+        ),
+        1,
+    )

@@ -1,0 +1,149 @@
+"""Statistics over seeds: the final-return figure, robust aggregates and intervals.
+
+The final return of a seed is the mean return of the episodes that finished in the last 10%
+of iterations. Across seeds we follow rliable (Agarwal et al. 2021): the interquartile mean
+(IQM, the mean of the middle 50% of seeds, `scipy.stats.trim_mean(x, 0.25)`) and
+percentile-bootstrap 95% confidence intervals. Host-side numpy only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rlax_trpo.sweep import Sweep
+
+
+def to_numpy(metrics: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Metrics as float64 numpy arrays of shape `[seeds, iterations]` (adds a seed axis)."""
+    out = {}
+    for name, value in metrics.items():
+        arr = np.asarray(value, dtype=np.float64)
+        out[name] = arr[None] if arr.ndim == 1 else arr
+    return out
+
+
+def final_returns(metrics: Mapping[str, np.ndarray], last_fraction: float = 0.1) -> np.ndarray:
+    """Per seed: mean return of the episodes that finished in the last 10% of iterations.
+
+    Uses the per-iteration sums and counts, so every finished episode weighs the same.
+    A seed with no finished episode in that window gets NaN.
+    """
+    sums, counts = metrics["episode/return_sum"], metrics["episode/count"]
+    iters = sums.shape[-1]
+    start = iters - max(1, math.ceil(iters * last_fraction))
+    s, c = sums[..., start:].sum(-1), counts[..., start:].sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(c > 0, s / np.maximum(c, 1), np.nan)
+
+
+def first_nonfinite(metrics: Mapping[str, np.ndarray]) -> tuple[int, int, str] | None:
+    """(seed, iteration, metric) of the earliest non-finite value, or None.
+
+    `episode/return` starts as NaN until an episode finishes and periodic evaluations
+    (`eval/...`) are NaN between them, so neither is checked.
+    """
+    worst = None
+    for name, arr in metrics.items():
+        if name == "episode/return" or name.startswith("eval/"):
+            continue
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            seeds, iters = np.nonzero(bad)
+            i = int(np.argmin(iters))
+            cand = (int(seeds[i]), int(iters[i]), name)
+            if worst is None or cand[1] < worst[1]:
+                worst = cand
+    return worst
+
+
+def iqm(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Interquartile mean: drop `floor(n/4)` lowest and highest values, average the rest."""
+    x = np.sort(np.asarray(x, np.float64), axis=axis)
+    n = x.shape[axis]
+    cut = int(0.25 * n)
+    return np.take(x, np.arange(cut, n - cut), axis=axis).mean(axis=axis)
+
+
+def bootstrap_ci(
+    x: np.ndarray,
+    statistic=np.mean,
+    num_resamples: int = 10_000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap confidence interval of `statistic` over the values `x` (seeds).
+
+    Resamples seeds with replacement; with one value the interval is that value.
+    """
+    x = np.asarray(x, np.float64)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(x), size=(num_resamples, len(x)))
+    stats = statistic(x[idx], axis=-1)
+    lo, hi = np.quantile(stats, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return float(lo), float(hi)
+
+
+def member_summaries(
+    finals: np.ndarray,
+    sweep: Sweep,
+    num_seeds: int,
+    eval_returns: np.ndarray | None = None,
+) -> tuple[list[dict[str, Any]], int | None]:
+    """One summary per setting from per-member final returns `[settings x seeds]`.
+
+    Each has the setting's values, `final_return_mean`/`_std`, `final_return_iqm`, and 95%
+    bootstrap intervals of the mean and of the IQM over the seeds with a finished episode.
+    Returns the list and the index of the best setting (highest IQM; None if no setting
+    finished an episode).
+    """
+    settings = sweep.settings or [{}]
+    per_setting = np.asarray(finals, np.float64).reshape(len(settings), num_seeds)
+    members, best, best_key = [], None, None
+    for i, (values, f) in enumerate(zip(settings, per_setting, strict=True)):
+        ok = f[np.isfinite(f)]
+        entry: dict[str, Any] = {"index": i, "hp": values, "final_return_per_seed": f}
+        if ok.size:
+            entry.update(
+                {
+                    "final_return_mean": float(ok.mean()),
+                    "final_return_std": float(ok.std()),
+                    "final_return_iqm": float(iqm(ok)),
+                    "final_return_mean_ci95": list(bootstrap_ci(ok, np.mean)),
+                    "final_return_iqm_ci95": list(bootstrap_ci(ok, iqm)),
+                    "seeds_with_episodes": int(ok.size),
+                }
+            )
+            key = (entry["final_return_iqm"], entry["final_return_mean"])
+            if best_key is None or key > best_key:
+                best, best_key = i, key
+        else:
+            entry.update(
+                {
+                    "final_return_mean": None,
+                    "final_return_std": None,
+                    "final_return_iqm": None,
+                    "final_return_mean_ci95": None,
+                    "final_return_iqm_ci95": None,
+                    "seeds_with_episodes": 0,
+                }
+            )
+        if eval_returns is not None:
+            e = np.asarray(eval_returns, np.float64).reshape(len(settings), num_seeds, -1)[i]
+            entry["eval_return_mean"] = float(e.mean())
+        members.append(entry)
+    return members, best
+
+
+def concatenate_chunks(chunks: list[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Metrics of consecutive chunks, `[population, k]` each, joined along iterations; a metric
+    missing from a chunk (e.g. a periodic evaluation) is NaN there."""
+    names = sorted({n for chunk in chunks for n in chunk})
+
+    def part(chunk: Mapping[str, np.ndarray], name: str) -> np.ndarray:
+        return chunk.get(name, np.full(next(iter(chunk.values())).shape, np.nan))
+
+    return {n: np.concatenate([part(c, n) for c in chunks], axis=1) for n in names}

@@ -1,0 +1,93 @@
+"""The shape of the house: one direction of imports, small rooms, a thin CLI."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "rlax_trpo"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every `rlax_trpo` module this file imports, at module level or inside functions
+    (imports under `if TYPE_CHECKING:` are for type checkers only and are skipped)."""
+    tree = ast.parse(path.read_text())
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test):
+            skipped.update(id(n) for n in ast.walk(node))
+    modules = set()
+    package = _module_name(path)
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            modules.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            modules.add(base)
+            modules.update(f"{base}.{a.name}" for a in node.names)
+    return {m for m in modules if m.startswith("rlax_trpo")}
+
+
+def _graph() -> dict[str, set[str]]:
+    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {
+        name: {m for m in _imports(path) if m in files and m != name}
+        for name, path in files.items()
+    }
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A list of modules forming an import cycle (first == last), or None."""
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+
+    def visit(node: str, stack: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt) :] + [nxt]
+            if nxt not in state and (found := visit(nxt, [*stack, nxt])):
+                return found
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node, [node])):
+            return found
+    return None
+
+
+def test_no_import_cycle_inside_the_package():
+    cycle = _find_cycle(_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert _find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_algorithms_never_import_each_other():
+    algorithms = PACKAGE / "algorithms"
+    methods = {p.stem for p in algorithms.glob("*.py")} - {"__init__", "base", "common"}
+    for name in methods:
+        imported = _imports(algorithms / f"{name}.py")
+        others = {f"rlax_trpo.algorithms.{m}" for m in methods - {name}}
+        assert not (imported & others), (name, imported & others)
+
+
+def test_small_rooms_and_a_thin_cli():
+    sizes = {p: len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
+    too_big = {str(p.relative_to(ROOT)): n for p, n in sizes.items() if n > 350}
+    assert not too_big, too_big
+    assert len((ROOT / "train.py").read_text().splitlines()) <= 200
