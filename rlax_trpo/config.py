@@ -30,7 +30,7 @@ from pydantic import (
 from rlax_trpo.errors import ConfigError
 
 
-def _hp(default: float, **bounds: float) -> Any:
+def hp_field(default: float, **bounds: float) -> Any:
     """A hyperparameter field: its default and its pydantic bounds (gt, ge, lt, le)."""
     return dataclasses.field(default=default, metadata={"bounds": bounds})
 
@@ -40,27 +40,27 @@ class HParams:
     """Traceable float hyperparameters (the YAML `hp:` section); a pytree, so `jax.vmap` can
     sweep any of them. The one list of hyperparameters: `HParamsModel` is derived from it."""
 
-    learning_rate: Any = _hp(2.5e-4, gt=0)
-    gamma: Any = _hp(0.99, ge=0, le=1)
-    gae_lambda: Any = _hp(0.95, ge=0, le=1)
-    clip_eps: Any = _hp(0.2, gt=0)
-    ent_coef: Any = _hp(0.01, ge=0)
-    vf_coef: Any = _hp(0.5, ge=0)
-    max_grad_norm: Any = _hp(0.5, gt=0)
-    value_clip_eps: Any = _hp(0.2, gt=0)
+    learning_rate: Any = hp_field(2.5e-4, gt=0)
+    gamma: Any = hp_field(0.99, ge=0, le=1)
+    gae_lambda: Any = hp_field(0.95, ge=0, le=1)
+    clip_eps: Any = hp_field(0.2, gt=0)
+    ent_coef: Any = hp_field(0.01, ge=0)
+    vf_coef: Any = hp_field(0.5, ge=0)
+    max_grad_norm: Any = hp_field(0.5, gt=0)
+    value_clip_eps: Any = hp_field(0.2, gt=0)
     # Trust region (trpo / npg).
-    max_kl: Any = _hp(0.01, gt=0)
-    damping: Any = _hp(0.1, ge=0)
-    line_search_decay: Any = _hp(0.8, gt=0, lt=1)
-    kl_slack: Any = _hp(1.0, ge=1)
-    value_learning_rate: Any = _hp(1e-3, gt=0)
+    max_kl: Any = hp_field(0.01, gt=0)
+    damping: Any = hp_field(0.1, ge=0)
+    line_search_decay: Any = hp_field(0.8, gt=0, lt=1)
+    kl_slack: Any = hp_field(1.0, ge=1)
+    value_learning_rate: Any = hp_field(1e-3, gt=0)
     # KL penalties (ppo kl_fixed / kl_adaptive, grpo).
-    kl_beta: Any = _hp(1.0, ge=0)
-    kl_target: Any = _hp(0.01, gt=0)
+    kl_beta: Any = hp_field(1.0, ge=0)
+    kl_target: Any = hp_field(0.01, gt=0)
     # GRPO.
-    clip_eps_low: Any = _hp(0.2, gt=0)
-    clip_eps_high: Any = _hp(0.2, gt=0)
-    std_floor: Any = _hp(1e-6, gt=0)
+    clip_eps_low: Any = hp_field(0.2, gt=0)
+    clip_eps_high: Any = hp_field(0.2, gt=0)
+    std_floor: Any = hp_field(1e-6, gt=0)
 
     @classmethod
     def create(cls, **overrides: float) -> HParams:
@@ -71,15 +71,20 @@ class HParams:
         return flax.struct.dataclasses.replace(self, **updates)
 
 
-HParamsModel = create_model(
-    "HParamsModel",
-    __config__=ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False),
-    __doc__="Validated float hyperparameters (the YAML `hp:` section).",
-    **{
-        f.name: (float, Field(f.default, **f.metadata["bounds"]))
-        for f in dataclasses.fields(HParams)
-    },
-)
+def hparams_model(hparams_cls: type, name: str) -> type[BaseModel]:
+    """The pydantic model validating a hyperparameter section, derived from the fields (with
+    their defaults and bounds) of a struct dataclass declared with `hp_field`."""
+    return create_model(
+        name,
+        __config__=ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False),
+        **{
+            f.name: (float, Field(f.default, **f.metadata["bounds"]))
+            for f in dataclasses.fields(hparams_cls)
+        },
+    )
+
+
+HParamsModel = hparams_model(HParams, "HParamsModel")
 
 
 class ConfigModel(BaseModel):
@@ -157,7 +162,7 @@ class ConfigModel(BaseModel):
         return self
 
 
-def _hparams_from_model(model: HParamsModel) -> HParams:
+def _hparams_from_model(model: Any) -> HParams:
     return HParams(**{k: jnp.float32(v) for k, v in model.model_dump().items()})
 
 
@@ -296,9 +301,8 @@ def _maybe_number(text: str) -> Any:
         value = float(text)
     except ValueError:
         return text
-    return (
-        int(value) if value.is_integer() and "e" not in text.lower() and "." not in text else value
-    )
+    integral = value.is_integer() and "e" not in text.lower() and "." not in text
+    return int(value) if integral else value
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:

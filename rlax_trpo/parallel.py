@@ -10,7 +10,7 @@ collectives; no `pmap`, no hand-written `psum`):
   carry: env states, observations, episode counters) over a mesh `("env",)`; parameters and
   optimiser state are replicated. The environment steps and the rollout's forward passes
   run split; where the update's batch stays split, XLA turns its means into all-reduces.
-  (With the time-major flatten in `algorithms.base.flatten_batch` the partitioner
+  (With the time-major flatten in `algorithms.common.flatten_batch` the partitioner
   all-gathers the trajectory and runs the update replicated; an env-major flatten keeps
   it split, see docs/operations.md.) Results equal a single-device run up to float
   rounding.

@@ -4,6 +4,9 @@ run folder (greedy and sampling, GIF), TensorBoard logging, and bad input for th
 import csv
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -150,6 +153,25 @@ def test_eval_and_gif_from_run_folder(sweep_run, capsys):
         with Image.open(gif) as im:
             assert im.format == "GIF" and im.n_frames >= 2
         assert "GIF of member" in out
+
+
+@pytest.mark.skipif(not _has("pygame"), reason="pygame (classic-control renderer) not installed")
+def test_gif_without_display_or_sound_prints_no_noise(sweep_run, tmp_path):
+    # No DISPLAY, no audio device: the renderer must not probe either (ALSA/XDG warnings).
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "SDL_AUDIODRIVER")}
+    gif = tmp_path / "quiet.gif"
+    argv = [sys.executable, str(ROOT / "train.py"), "eval", "--run", str(sweep_run)]
+    argv += ["--episodes", "1", "--max-steps", "40", "--member", "3", "--gif", str(gif)]
+    proc = subprocess.run(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    assert proc.returncode == 0, proc.stdout
+    assert "ALSA" not in proc.stdout and "XDG" not in proc.stdout, proc.stdout[:2000]
+    assert len(proc.stdout.splitlines()) <= 10, proc.stdout[:2000]
+    from PIL import Image
+
+    with Image.open(gif) as im:
+        assert im.n_frames >= 2 and im.size[0] >= 300
 
 
 BAD = [

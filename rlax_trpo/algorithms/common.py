@@ -107,6 +107,32 @@ def epochs_of_minibatches(
     return jax.lax.scan(epoch, carry, jax.random.split(key, num_epochs))
 
 
+def minibatch_descent(
+    grad_fn: Callable[..., tuple[Any, dict]],
+    optimizer: optax.GradientTransformation,
+    params: Any,
+    opt_state: Any,
+    key: jax.Array,
+    num_epochs: int,
+    make_minibatches: Callable[[jax.Array], Any],
+    max_grad_norm: jax.Array,
+    *args: Any,
+) -> tuple[tuple[Any, Any], dict]:
+    """Epochs x shuffled minibatches of clipped optimiser steps on `grad_fn(params, minibatch,
+    *args) -> (grads, aux)`. Returns `((params, opt_state), aux)`, every aux entry (and
+    `grad_norm`, the norm before clipping) stacked `[num_epochs, num_minibatches]`."""
+
+    def step(carry, mb):
+        params, opt_state = carry
+        grads, aux = grad_fn(params, mb, *args)
+        params, opt_state, aux["grad_norm"] = adam_step(
+            optimizer, params, opt_state, grads, max_grad_norm
+        )
+        return (params, opt_state), aux
+
+    return epochs_of_minibatches(step, (params, opt_state), key, num_epochs, make_minibatches)
+
+
 # ---------------------------------------------------------------- advantages and the critic
 
 

@@ -34,10 +34,9 @@ from rlax_trpo import advantages as adv_lib
 from rlax_trpo import losses
 from rlax_trpo.algorithms.base import Algorithm
 from rlax_trpo.algorithms.common import (
-    adam_step,
     anneal,
-    epochs_of_minibatches,
     make_optimizer,
+    minibatch_descent,
     minibatches,
     set_learning_rate,
 )
@@ -254,20 +253,17 @@ def make_grpo(config: Config, networks: Networks) -> Algorithm:
         lr = anneal(config, hp.learning_rate, state.updates)
         opt_state = set_learning_rate(state.opt_state, lr)
 
-        def minibatch_step(carry, mb):
-            policy, opt_state = carry
-            grads, aux = grad_fn(policy, mb, hp, hp.kl_beta)
-            policy, opt_state, aux["grad_norm"] = adam_step(
-                optimizer, policy, opt_state, grads, hp.max_grad_norm
-            )
-            return (policy, opt_state), aux
-
-        (policy, opt_state), aux = epochs_of_minibatches(
-            minibatch_step,
-            (params.policy, opt_state),
+        (policy, opt_state), aux = minibatch_descent(
+            grad_fn,
+            optimizer,
+            params.policy,
+            opt_state,
             key,
             config.num_epochs,
             lambda k: group_minibatches(steps, k, g, config.num_minibatches),
+            hp.max_grad_norm,
+            hp,
+            hp.kl_beta,
         )
         metrics = {k: v.mean() for k, v in aux.items() if k != "grpo/ratio_dev"}
         metrics["grpo/first_ratio_dev"] = aux["grpo/ratio_dev"][0, 0]

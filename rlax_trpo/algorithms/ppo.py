@@ -16,12 +16,11 @@ from jax.flatten_util import ravel_pytree
 from rlax_trpo import losses
 from rlax_trpo.algorithms.base import Algorithm
 from rlax_trpo.algorithms.common import (
-    adam_step,
     anneal,
-    epochs_of_minibatches,
     flatten_batch,
     make_critic_batch,
     make_optimizer,
+    minibatch_descent,
     minibatches,
     set_learning_rate,
 )
@@ -80,20 +79,17 @@ def make_ppo(config: Config, networks: Networks) -> Algorithm:
         flat_params, unravel = ravel_pytree(params)
         grad_fn = jax.grad(lambda v, *args: loss_fn(unravel(v), *args), has_aux=True)
 
-        def minibatch_step(carry, mb):
-            vec, opt_state = carry
-            grads, aux = grad_fn(vec, mb, hp, state.kl_beta)
-            vec, opt_state, aux["grad_norm"] = adam_step(
-                optimizer, vec, opt_state, grads, hp.max_grad_norm
-            )
-            return (vec, opt_state), aux
-
-        (new_flat, opt_state), aux = epochs_of_minibatches(
-            minibatch_step,
-            (flat_params, opt_state),
+        (new_flat, opt_state), aux = minibatch_descent(
+            grad_fn,
+            optimizer,
+            flat_params,
+            opt_state,
             key,
             config.num_epochs,
             lambda k: minibatches(flat, k, config.num_minibatches),
+            hp.max_grad_norm,
+            hp,
+            state.kl_beta,
         )
         new_params = unravel(new_flat)
         metrics = {k: v.mean() for k, v in aux.items() if k != "ppo/ratio_dev"}

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 
 from rlax_trpo.envs.base import Env, EnvSpec, StepResult
@@ -94,16 +93,39 @@ def from_gymnax(
 
 
 def _render_gif(gym_env: Any, params: Any, states: list, returns: Any, path: str) -> None:
-    """gymnax's `Visualizer` to a GIF, quietly (no audio or display is needed for it)."""
+    """A GIF of recorded states: classic control through one gymnasium renderer reused for
+    every frame, the other gymnax environments through gymnax's `Visualizer`."""
     import os
 
-    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")  # pygame: no ALSA probing
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")  # pygame: no audio or display probing
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
     import matplotlib
 
     matplotlib.use("Agg")
-    from gymnax.visualize import Visualizer
+    from gymnax.visualize import Visualizer, vis_gym
 
-    states = [jax.tree.map(lambda x: jnp.asarray(x), s) for s in states]
-    Visualizer(gym_env, params, states, returns).animate(str(path))
+    if gym_env.name not in vis_gym.SUPPORTED_GYM_ENVS:
+        Visualizer(gym_env, params, states, returns).animate(str(path))
+        return
+    import gymnasium
+    from PIL import Image, ImageDraw
+
+    renderer = gymnasium.make(gym_env.name, render_mode="rgb_array")
+    try:
+        renderer.reset(seed=0)
+        inner = renderer.unwrapped
+        vis_gym.set_gym_params(inner, gym_env.name, params)
+        frames = []
+        for t, state in enumerate(states):
+            inner.state = vis_gym.get_gym_state(state, gym_env.name)
+            if gym_env.name == "Pendulum-v1":
+                inner.last_u = float(state.last_u)
+            frame = Image.fromarray(renderer.render())
+            ImageDraw.Draw(frame).text((8, 8), f"t={t + 1} return={returns[t]:.1f}", fill=0)
+            frames.append(frame)
+    finally:
+        renderer.close()
+    palette = frames[0].quantize(colors=64)
+    frames = [f.quantize(palette=palette, dither=Image.Dither.NONE) for f in frames]
+    frames[0].save(path, save_all=True, append_images=frames[1:], duration=50, loop=0)

@@ -13,6 +13,7 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rlax_trpo.config import hparams_model
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.lm.grpo import GRPOConfig, HParams
 from rlax_trpo.lm.model import ModelConfig
@@ -38,20 +39,7 @@ class ModelSection(BaseModel):
         return self
 
 
-class HPSection(BaseModel):
-    """Traceable floats; see `rlax_trpo.lm.grpo.HParams`."""
-
-    model_config = _STRICT
-    learning_rate: float = Field(1e-3, gt=0)
-    clip_eps_low: float = Field(0.2, ge=0, lt=1)
-    clip_eps_high: float = Field(0.28, ge=0)
-    kl_beta: float = Field(0.04, ge=0)
-    temperature: float = Field(1.0, gt=0)
-    partial_credit: float = Field(0.0, ge=0, le=1)
-    max_grad_norm: float = Field(1.0, gt=0)
-    std_floor: float = Field(1e-3, gt=0)
-    adam_eps: float = Field(1e-8, gt=0)
-    warm_start_learning_rate: float = Field(1e-3, gt=0)
+HPSection = hparams_model(HParams, "HPSection")  # validates `hp:` against `HParams`
 
 
 class LMConfig(BaseModel):

@@ -12,7 +12,7 @@ constant normaliser). Library code never jits: call sites wrap `GRPO.iteration` 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import chex
 import flax.struct
@@ -23,6 +23,7 @@ import optax
 from rlax_trpo import losses
 from rlax_trpo.advantages import group_relative_advantages
 from rlax_trpo.algorithms.common import epochs_of_minibatches, minibatches
+from rlax_trpo.config import hp_field
 from rlax_trpo.lm.model import ModelConfig, Transformer
 from rlax_trpo.lm.sampling import Completion, completion_logits, sample, token_logprobs
 from rlax_trpo.lm.tasks import EOS, Task, sample_train, score
@@ -62,19 +63,21 @@ class GRPOConfig(NamedTuple):
     ref_refresh_every: int = 0
 
 
-class HParams(NamedTuple):
-    """Traceable float hyperparameters (a pytree: can be vmapped)."""
+@flax.struct.dataclass
+class HParams:
+    """Traceable float hyperparameters (the YAML `hp:` section of a `grpo_lm` config); a
+    pytree, so they can be vmapped. `rlax_trpo.lm.config` validates them with these bounds."""
 
-    learning_rate: float | jax.Array = 1e-3
-    clip_eps_low: float | jax.Array = 0.2
-    clip_eps_high: float | jax.Array = 0.2
-    kl_beta: float | jax.Array = 0.04
-    temperature: float | jax.Array = 1.0
-    partial_credit: float | jax.Array = 0.0
-    max_grad_norm: float | jax.Array = 1.0
-    std_floor: float | jax.Array = 1e-3
-    adam_eps: float | jax.Array = 1e-8
-    warm_start_learning_rate: float | jax.Array = 1e-3
+    learning_rate: Any = hp_field(1e-3, gt=0)
+    clip_eps_low: Any = hp_field(0.2, ge=0, lt=1)
+    clip_eps_high: Any = hp_field(0.28, ge=0)
+    kl_beta: Any = hp_field(0.04, ge=0)
+    temperature: Any = hp_field(1.0, gt=0)
+    partial_credit: Any = hp_field(0.0, ge=0, le=1)
+    max_grad_norm: Any = hp_field(1.0, gt=0)
+    std_floor: Any = hp_field(1e-3, gt=0)
+    adam_eps: Any = hp_field(1e-8, gt=0)
+    warm_start_learning_rate: Any = hp_field(1e-3, gt=0)
 
 
 class Rollout(NamedTuple):
