@@ -324,3 +324,28 @@ def test_group_minibatches_keep_groups_whole():
     assert sorted(blocks[:, 0].tolist()) == list(range(n))  # every group exactly once
     # The data moved with its group id (column b = group * G + member).
     np.testing.assert_array_equal(np.asarray(mbs.log_prob) % (n * g) // g, np.asarray(mbs.group_id))
+
+
+def test_kl_to_the_reference_pulls_the_policy_back():
+    # With zero advantages only the KL term (ent_coef 0) moves the policy: not at all with
+    # beta 0, and towards pi_ref with beta > 0.
+    config, nets, algo, params, traj = _setup(
+        optimizer="sgd", num_epochs=5, hp={"learning_rate": 0.5, "ent_coef": 0.0}
+    )
+    reference = nets.init(jax.random.key(9)).policy  # a different policy as pi_ref
+    batch = algo.make_batch(params, traj, config.hp)
+    batch = batch._replace(advantage=jnp.zeros_like(batch.advantage))
+
+    def kl_to_ref(policy):
+        new, ref = nets.policy(policy, traj.obs), nets.policy(reference, traj.obs)
+        return float(new.kl_divergence(ref).mean())
+
+    moved = {}
+    for beta in (0.0, 1.0):
+        hp = config.hp.replace(kl_beta=jnp.float32(beta))
+        state = algo.init(params, hp)._replace(ref_policy=reference)
+        new, _, _ = jax.jit(algo.update)(params, state, batch, hp, jax.random.key(5))
+        moved[beta] = new.policy
+    unchanged = jax.tree.map(lambda a, b: np.array_equal(a, b), moved[0.0], params.policy)
+    assert all(jax.tree.leaves(unchanged))
+    assert kl_to_ref(moved[1.0]) < 0.9 * kl_to_ref(params.policy)

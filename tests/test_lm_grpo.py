@@ -164,3 +164,22 @@ def test_config_errors_are_one_line_and_name_the_key():
         validate({**base, "bogus": 1})
     cfg = validate({**base, "group_size": 4})
     assert cfg.completion_len() == 5 and cfg.grpo_cfg().group_size == 4
+
+
+def test_kl_penalty_pulls_towards_the_reference():
+    # Zero advantages: the loss is beta * KL(pi || pi_ref) alone. Its gradient is zero at
+    # beta 0, and a step along it at beta > 0 lowers the KL to the reference.
+    model = Transformer(MCFG)
+    params = init_params(model, jax.random.key(0))
+    batch = _batch(params, jax.random.key(1))
+    batch = batch._replace(advantages=jnp.zeros_like(batch.advantages))
+
+    def loss(p, beta):
+        return grpo_loss(p, batch, HParams(kl_beta=beta), GCFG, model.apply)
+
+    zero = jax.grad(lambda p: loss(p, 0.0)[0])(params)
+    assert all(float(jnp.abs(g).max()) == 0.0 for g in jax.tree.leaves(zero))
+    grads = jax.grad(lambda p: loss(p, 0.5)[0])(params)
+    stepped = jax.tree.map(lambda p, g: p - 0.01 * g, params, grads)
+    before, after = loss(params, 0.5)[1]["policy/kl_ref"], loss(stepped, 0.5)[1]["policy/kl_ref"]
+    assert float(after) < 0.95 * float(before), (before, after)

@@ -71,3 +71,27 @@ def test_fixed_beta_stays_fixed():
     _, m = _run("kl_fixed", iterations=3, epochs=1)
     np.testing.assert_array_equal(m["ppo/kl_beta"], 1.0)
     assert np.isfinite(m["ppo/kl_after_update"]).all()
+
+
+def test_the_kl_penalty_holds_the_policy_back():
+    # The same updates with beta 0 and with a large fixed beta: the penalty must shrink the
+    # KL each update moves the policy (with it removed from the loss both would be equal).
+    config = Config.create(
+        algorithm="ppo",
+        penalty="kl_fixed",
+        env="CartPole-v1",
+        num_envs=4,
+        num_steps=128,
+        total_env_steps=512 * 3,
+        num_epochs=10,
+        num_minibatches=4,
+        hp={"learning_rate": 3e-3, "kl_target": TARGET},
+    )
+    trainer = make_trainer(config)
+    hps = jax.tree.map(lambda x: jnp.stack([x, x]), config.hp).replace(
+        kl_beta=jnp.array([0.0, 30.0])
+    )
+    keys = jnp.stack([jax.random.key(0), jax.random.key(0)])
+    _, m = jax.jit(jax.vmap(trainer.train))(keys, hps)
+    free, held = np.asarray(m["ppo/kl_after_update"]).mean(axis=1)
+    assert held < 0.5 * free, (held, free)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
@@ -42,6 +43,34 @@ SWEEP = [
     "--sweep",
     "hp.clip_eps=0.1,0.2",
 ]
+
+
+def _backend_compiles(argv) -> list[str]:
+    """Run train.py in this process; the XLA programs compiled meanwhile (by event)."""
+    compiled = []
+
+    def listener(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(kwargs.get("fun_name", "?"))
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        assert train.main(argv) == 0
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    return compiled
+
+
+def test_a_sweep_compiles_no_more_programs_than_one_member(tmp_path):
+    # 3 settings x 4 seeds run in the same programs as a single member: no per-member compile.
+    sweep = ["--seeds", "4", "--sweep", "hp.learning_rate=1e-4,3e-4,1e-3"]
+    many = _backend_compiles([*sweep, *TINY, "--out", str(tmp_path / "many")])
+    one = _backend_compiles([*TINY, "--out", str(tmp_path / "one")])
+    programs = {"jit(init_population)", "jit(run)", "jit(evaluate_population)"}
+    main = sorted(n for n in many if n in programs)
+    assert main == sorted(n for n in one if n in programs) == sorted(programs), (many, one)
+    summary = json.loads((tmp_path / "many" / "summary.json").read_text())
+    assert summary["population"] == 12 and summary["compiled_run_programs"] == 1
 
 
 def test_iqm_and_bootstrap():
@@ -81,7 +110,6 @@ def sweep_run(tmp_path_factory):
 def test_sweep_3x2_with_4_seeds_is_one_call(sweep_run):
     summary = json.loads((sweep_run / "summary.json").read_text())
     assert summary["population"] == 24 and summary["num_settings"] == 6
-    assert summary["compiled_run_programs"] == 1  # one vmapped program for all 24 members
     members = summary["members"]
     assert len(members) == 6
     assert [m["hp"] for m in members][:2] == [

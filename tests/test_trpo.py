@@ -130,3 +130,31 @@ def test_runs_with_every_estimator_and_action_space(algorithm, env, advantage):
     assert metrics["trpo/kl"].shape == (config.num_iterations,)
     assert float(jnp.max(metrics["trpo/accepted"])) == 1.0
     assert int(state.diverged_at) == -1
+
+
+def test_a_rejected_step_leaves_the_policy_bit_identical():
+    # A poisoned batch (one NaN advantage) poisons every line-search candidate: none passes,
+    # and the update must keep the old policy bit for bit.
+    config = Config.create(
+        algorithm="trpo",
+        env="CartPole-v1",
+        num_envs=2,
+        num_steps=64,
+        total_env_steps=128,
+        hidden_sizes=[16],
+        value_minibatches=2,
+        value_epochs=1,
+        line_search_steps=3,
+        normalize_advantages=False,
+    )
+    trainer, state, batch = one_batch(config)
+    update = jax.jit(trainer.algorithm.update)
+    poisoned = batch._replace(advantage=batch.advantage.at[5, 1].set(jnp.nan))
+    new, _, m = update(state.params, state.algo_state, poisoned, config.hp, jax.random.key(2))
+    assert float(m["trpo/accepted"]) == 0.0 and float(m["trpo/line_search_steps"]) == 3
+    assert float(m["trpo/step_fraction"]) == 0.0 and float(m["trpo/kl"]) == 0.0
+    for a, b in zip(jax.tree.leaves(new.policy), jax.tree.leaves(state.params.policy), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # The clean batch is accepted: the rejection came from the poisoned candidates.
+    _, _, ok = update(state.params, state.algo_state, batch, config.hp, jax.random.key(2))
+    assert float(ok["trpo/accepted"]) == 1.0
