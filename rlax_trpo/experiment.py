@@ -77,14 +77,10 @@ class _StopRequest:
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.signum = signum
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
-        print(
-            f"\n{signal.Signals(signum).name} received: stopping after the current chunk and "
-            f"its checkpoint (send it again to stop now)",
-            file=sys.stderr,
-            flush=True,
-        )
+        self.__exit__()
+        name = signal.Signals(signum).name
+        print(f"\n{name} received: stopping after the current chunk and its checkpoint (send it "
+              "again to stop now)", file=sys.stderr, flush=True)  # fmt: skip
 
     def __exit__(self, *exc: Any) -> None:
         for sig, handler in self.previous.items():
@@ -294,11 +290,13 @@ def _run(plan: _Plan, stop: _StopRequest) -> RunResult:
             if stop.signum is not None and done < total and done % chunk == 0:
                 bar.close()
                 return RunResult(out, "interrupted", None, history[0], None, stop.signum)
+            if chunked and done < total and done % chunk == 0 and _diverged(history[0], state):
+                break  # the checkpoint just written keeps the last finite parameters
         bar.close()
         metrics = history[0]
         scores = np.asarray(parallel.to_host(eval_fn(state, eval_keys)))
         host_state = parallel.to_host(checkpoint.to_savable(state))
-        steps = total * program.steps_per_iteration
+        steps = done * program.steps_per_iteration
         summary = {
             "algorithm": config.algorithm,
             "env": program.name,
@@ -308,6 +306,7 @@ def _run(plan: _Plan, stop: _StopRequest) -> RunResult:
             "total_env_steps": steps,
             "unit": program.unit,
             "num_iterations": total,
+            "iterations_done": done,
             "chunk_iterations": chunk,
             "compiled_run_programs": len(compiled),
             "wall_seconds": wall_s,
@@ -339,3 +338,11 @@ def _run(plan: _Plan, stop: _StopRequest) -> RunResult:
             shutil.rmtree(work, ignore_errors=True)
     status = "diverged" if "diverged" in summary else "complete"
     return RunResult(out, status, summary, metrics, host_state)
+
+
+def _diverged(metrics: dict[str, np.ndarray], state: Any) -> bool:
+    """Whether a metric became non-finite or a member skipped a non-finite update."""
+    diverged_at = getattr(state, "diverged_at", None)
+    if diverged_at is not None:
+        diverged_at = np.asarray(parallel.to_host(diverged_at))
+    return report.divergence(metrics, diverged_at, 1) is not None

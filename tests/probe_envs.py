@@ -35,6 +35,8 @@ class Probe(environment.Environment):
                    is the infinite-horizon V = 1/(1-gamma).
     * "timelimit_as_terminal": the same, but the time limit is reported as termination
                    (the mistake): V is then the average of sum_{k < 8 - t} gamma^k, below 8.
+    * "nan_at_40": reward 1 every step, except NaN at the 40th step of an episode (episodes
+                   last 100 steps): a run diverges in the iteration that collects step 40.
     """
 
     def __init__(self, kind: str):
@@ -71,6 +73,8 @@ class Probe(environment.Environment):
             reward, term = 1.0, False
         elif self.kind == "timelimit_as_terminal":
             reward, term = 1.0, time >= params.max_steps_in_episode
+        elif self.kind == "nan_at_40":
+            reward, term = jnp.where(time == 40, jnp.nan, 1.0), False
         else:
             raise ValueError(self.kind)
         new = ProbeState(obs=jnp.ones((1,)) if self.kind == "two_step" else state.obs, time=time)
@@ -94,3 +98,5 @@ KINDS = ("constant", "obs_reward", "two_step", "action", "timelimit", "timelimit
 def register_probes() -> None:
     for kind in KINDS:
         register_env(f"Probe-{kind}", lambda kind=kind: (Probe(kind), ProbeParams()))
+    long = ProbeParams(max_steps_in_episode=100)
+    register_env("Probe-nan_at_40", lambda: (Probe("nan_at_40"), long))

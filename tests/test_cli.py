@@ -10,11 +10,14 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
+from probe_envs import register_probes
 
 import train
 from rlax_trpo import checkpoint, make_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
+register_probes()
 
 SUMMARY_KEYS = {
     "algorithm",
@@ -82,25 +85,53 @@ def test_run_folder(tmp_path, capsys):
     assert jax.tree.structure(restored) == jax.tree.structure(target)
 
 
-def test_divergence_is_reported_and_run_kept(tmp_path, capsys):
+DIVERGE = {  # algorithm -> (extra settings, the iteration whose rollout holds step 40)
+    "ppo": ([], 2),
+    "trpo": (["value_minibatches=2"], 2),
+    "npg": (["value_minibatches=2"], 2),
+    "vpg": (["value_minibatches=2"], 2),
+    "grpo": (["group_size=2", "num_steps=48"], 0),  # every horizon starts at step 1
+}
+
+
+@pytest.mark.parametrize("algorithm", sorted(DIVERGE))
+def test_divergence_stops_the_run_names_where_and_keeps_the_last_finite_state(
+    algorithm, tmp_path, capsys
+):
+    # Probe-nan_at_40 pays a NaN reward at an episode's 40th step: the update of the
+    # iteration that collects it is non-finite. The chunked run must stop after that chunk,
+    # say which seed, iteration and metric, and keep the parameters from before it.
+    extra, at = DIVERGE[algorithm]
     out = tmp_path / "run"
-    code = train.main(
-        [
-            "--out",
-            str(out),
-            "--no-progress",
-            "num_envs=4",
-            "num_steps=16",
-            "total_env_steps=256",
-            "hp.learning_rate=1e30",
-            "hp.max_grad_norm=1e30",
-        ]
-    )
-    err = capsys.readouterr().err
+    argv = ["--out", str(out), "--no-progress", "--chunk-iterations", "1", f"algorithm={algorithm}"]
+    argv += ["env=Probe-nan_at_40", "num_envs=2", "num_steps=16", "hidden_sizes=[8]"]
+    argv += ["num_minibatches=1", "total_env_steps=576", "eval_episodes=1", *extra]
+    assert train.main(argv) == 1
+    err = capsys.readouterr().err.strip()
     summary = json.loads((out / "summary.json").read_text())
-    assert code == 1 and "diverged" in err and "iteration" in err
-    assert summary["diverged"]["iteration"] == 0
-    assert err.strip().count("\n") == 0
+    d = summary["diverged"]
+    assert (d["seed"], d["iteration"]) == (0, at), d
+    assert err.count("\n") == 0
+    assert f"seed 0 became non-finite at iteration {at} ({d['metric']})" in err and str(out) in err
+    with (out / "metrics.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r["iteration"] == str(at)]
+    assert rows[0][d["metric"]] == "nan"
+    meta = checkpoint.read_meta(out / "checkpoint")
+    assert meta["iterations_done"] == at + 1 < meta["num_iterations"]  # stopped there
+
+    config = checkpoint.load_config(out / "checkpoint")
+    trainer = make_trainer(config)
+    keys = jax.random.split(jax.random.key(0), 1)
+    hps = jax.tree.map(lambda x: x[None], config.hp)
+    before = jax.jit(jax.vmap(trainer.init))(keys, hps)
+    kept = checkpoint.restore(out / "checkpoint", before).params
+    # The same run stopped just before the non-finite update has the very same parameters.
+    if at:
+        run = jax.jit(jax.vmap(trainer.run, in_axes=(0, 0, None)), static_argnums=2)
+        before, _ = run(before, hps, at)
+    for a, b in zip(jax.tree.leaves(kept), jax.tree.leaves(before.params), strict=True):
+        assert np.isfinite(a).all()
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
 
 
 TINY = ["--no-progress", "num_envs=4", "num_steps=16", "total_env_steps=128", "eval_episodes=2"]

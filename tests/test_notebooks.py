@@ -20,7 +20,7 @@ N = r"(-?[0-9][0-9.,e+-]*|nan|inf|-inf)"  # a printed number, or what NaN/inf pr
 EXPECTED = {
     "quickstart.ipynb": [
         (rf"final return per seed: \[ *{N} +{N} *\]", 1),
-        (rf"lr 1e-0[34]: final return {N}", 3),
+        (rf"lr [0-9]e-0[34]: final return {N}", 3),
         (rf"{N} env steps/s", 1),
     ],
     "trpo_anatomy.ipynb": [
@@ -28,7 +28,7 @@ EXPECTED = {
         (rf"true residual after \d+ iterations: {N}, after 25: {N}", 1),
         (rf"1/2 s\^T F s of the full step = {N} \(max_kl {N}\)", 1),
         (rf"angle\(g, F\^-1 g\) = {N} degrees", 1),
-        (rf"(vpg |npg |trpo |ppo ) *\d+ seeds x [0-9,]+ steps: final return {N} \+- {N}", 4),
+        (rf"(?:vpg |npg |trpo |ppo ) *\d+ seeds x [0-9,]+ steps: final return {N} \+- {N}", 4),
     ],
     "grpo_group_size.ipynb": [
         ("small run", 1),

@@ -65,7 +65,21 @@ def test_opt_out_keeps_the_full_pool():
     assert out["pool_threads"] == len(os.sched_getaffinity(0))
 
 
+LAZY_PROBE = """
+import json, sys
+import rlax_trpo
+before = sorted(m for m in ("jax", "gymnax", "rlax_trpo.config") if m in sys.modules)
+rlax_trpo.Config
+after = sorted(m for m in ("jax", "gymnax", "rlax_trpo.config") if m in sys.modules)
+print(json.dumps({"before": before, "after": after}))
+"""
+
+
 def test_package_import_is_lazy_and_complete():
+    # Importing the package imports neither JAX nor gymnax (which starts JAX's backends, so
+    # rlax_trpo.platform could no longer configure it); a name loads its module on first use.
+    out = _probe(LAZY_PROBE)
+    assert out["before"] == [] and "rlax_trpo.config" in out["after"], out
     import rlax_trpo
 
     for name in rlax_trpo.__all__:
