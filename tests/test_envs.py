@@ -83,3 +83,40 @@ def test_running_mean_std_matches_numpy():
         stats = stats.update(jnp.asarray(chunk))
     np.testing.assert_allclose(stats.mean, data.mean(0), rtol=1e-3)
     np.testing.assert_allclose(stats.var, data.var(0), rtol=1e-3)
+
+
+def test_reward_scaling_divides_by_the_running_std_of_discounted_returns():
+    # Two rollouts through normalize_trajectory against a numpy reference: rewards are divided
+    # by the std of every discounted return seen so far (done resets the return), and the
+    # observations get the statistics from before the rollout.
+    from rlax_trpo import Config
+    from rlax_trpo.normalization import Statistics, normalize_trajectory
+    from rlax_trpo.types import Trajectory
+
+    config = Config.create(normalize_reward=True, normalize_obs=True)
+    rng = np.random.default_rng(1)
+    t, b, gamma = 6, 3, 0.9
+    stats = Statistics(RunningMeanStd.create((2,)), RunningMeanStd.create(), jnp.zeros(b))
+    acc, seen_returns, seen_obs = np.zeros(b), [], []
+    for _ in range(2):
+        reward = rng.normal(size=(t, b)).astype(np.float32)
+        done = rng.random((t, b)) < 0.3
+        obs = rng.normal(2.0, 3.0, size=(t, b, 2)).astype(np.float32)
+        zeros = jnp.zeros((t, b), bool)
+        traj = Trajectory(obs, jnp.zeros((t, b)), jnp.zeros((t, b)), reward, zeros, zeros, obs)
+        prior = np.concatenate(seen_obs) if seen_obs else None
+        new, stats = normalize_trajectory(config, stats, traj, jnp.asarray(done), gamma)
+        for step in range(t):
+            acc = acc * gamma + reward[step]
+            seen_returns.append(acc.copy())
+            acc = acc * (1 - done[step])
+        std = np.sqrt(np.var(np.concatenate(seen_returns)) + 1e-8)
+        np.testing.assert_allclose(new.reward, np.clip(reward / std, -10, 10), rtol=2e-3)
+        if prior is None:  # before any statistics: mean 0, var 1
+            np.testing.assert_allclose(new.obs, np.clip(obs, -10, 10), rtol=1e-6)
+        else:
+            mean, var = prior.mean(0), prior.var(0)
+            expected = np.clip((obs - mean) / np.sqrt(var + 1e-8), -10, 10)
+            np.testing.assert_allclose(new.obs, expected, rtol=2e-3, atol=2e-3)
+        seen_obs.append(obs.reshape(-1, 2))
+        np.testing.assert_allclose(stats.return_acc, acc, rtol=1e-5, atol=1e-6)

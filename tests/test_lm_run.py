@@ -100,3 +100,50 @@ def test_grpo_from_scratch_learns_max_digit(tmp_path):
     assert summary["initial_accuracy"] < 0.2
     assert min(summary["final_accuracy_per_seed"]) >= 0.8, summary["final_accuracy_per_seed"]
     assert np.isfinite(summary["sampled_tokens_per_second"])
+
+
+def _tiny_lm(task, warm_start_steps):
+    return config_from_dict(
+        {
+            "algorithm": "grpo_lm",
+            "task": task,
+            "model": {"num_layers": 1, "d_model": 16, "num_heads": 2},
+            "num_prompts": 8,
+            "group_size": 4,
+            "num_iterations": 2,
+            "warm_start_steps": warm_start_steps,
+            "warm_start_batch_size": 32,
+            "eval_size": 16,
+            "hp": {"warm_start_learning_rate": 3e-3},
+        }
+    )
+
+
+@pytest.mark.parametrize("task", ["sort", "add"])
+def test_the_warm_start_learns_and_becomes_the_reference_policy(task):
+    import jax
+
+    from rlax_trpo.lm.model import Transformer, init_params
+    from rlax_trpo.lm.program import make_lm_program
+    from rlax_trpo.lm.sft import warm_start
+
+    cfg = _tiny_lm(task, 40)
+    program = make_lm_program(cfg)
+    key = jax.random.key(0)
+    state = jax.jit(program.init)(key, program.hparams)
+    k_init, k_warm, _ = jax.random.split(key, 3)
+    start = init_params(Transformer(cfg.model_cfg()), k_init)
+    warmed, losses = warm_start(
+        cfg.model_cfg(), cfg.make_task(), start, k_warm, program.hparams, 40, 32
+    )
+    leaves = lambda t: [np.asarray(x) for x in jax.tree.leaves(t)]
+    # pi_ref and the policy GRPO starts from are both the warm-started parameters.
+    for ref, pol, w in zip(
+        leaves(state.grpo.ref_params), leaves(state.grpo.params), leaves(warmed), strict=True
+    ):
+        np.testing.assert_allclose(ref, w, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(ref, pol)
+    assert any((a != b).any() for a, b in zip(leaves(warmed), leaves(start), strict=True))
+    losses = np.asarray(losses)
+    assert losses[-5:].mean() < 0.7 * losses[:5].mean(), losses  # supervised learning works
+    assert float(state.warm_start_loss) == pytest.approx(float(losses[-1]), rel=1e-4)

@@ -2,6 +2,7 @@
 (bitwise on CPU), and corrupt or mismatched checkpoints are refused without being touched."""
 
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 import train
-from rlax_trpo import checkpoint, make_trainer
+from rlax_trpo import checkpoint, experiment, make_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 # 8 iterations of a tiny PPO run, checkpointed every 2.
@@ -58,8 +59,9 @@ def uninterrupted(tmp_path_factory):
     return out
 
 
-def test_interrupt_then_resume_equals_uninterrupted(uninterrupted, tmp_path):
-    """Chunks of 2, SIGTERM, --resume: the same parameters and metrics.csv, bit for bit, as
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_interrupt_then_resume_equals_uninterrupted(uninterrupted, tmp_path, sig):
+    """Chunks of 2, a signal, --resume: the same parameters and metrics.csv, bit for bit, as
     the run that compiled all 8 iterations into one call (so chunking is exact too)."""
     out = tmp_path / "run"
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
@@ -76,10 +78,10 @@ def test_interrupt_then_resume_equals_uninterrupted(uninterrupted, tmp_path):
     deadline = time.time() + 240
     while not (out / "config.yaml").exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    assert "interrupted by SIGTERM" in err and "--resume" in err
+    assert proc.returncode == 128 + sig, err
+    assert f"interrupted by {sig.name}" in err and "--resume" in err
     meta = checkpoint.read_meta(out / "checkpoint")
     assert 2 <= meta["iterations_done"] < 8
     assert not (out / "summary.json").exists()
@@ -154,3 +156,45 @@ def test_mismatched_resume_is_refused(uninterrupted, tmp_path, capsys, argv, exp
 def test_resume_of_a_finished_run_is_refused(uninterrupted, capsys):
     assert train.main(["--resume", str(uninterrupted), "--no-progress"]) == 2
     assert "already complete" in capsys.readouterr().err
+
+
+class _AlreadySignalled(experiment._StopRequest):
+    """As if SIGTERM had arrived before the first chunk finished."""
+
+    def __enter__(self):
+        self.signum = signal.SIGTERM
+        return self
+
+
+def test_an_interrupted_chunked_sweep_resumes_to_the_same_result(tmp_path, monkeypatch):
+    sweep = [
+        "--seed",
+        "3",
+        "--sweep",
+        "hp.learning_rate=1e-4,1e-3",
+        "--sweep",
+        "hp.clip_eps=0.1,0.3",
+    ]
+    whole = tmp_path / "whole"
+    assert train.main([*TINY, *sweep, "--out", str(whole)]) == 0
+    parts = tmp_path / "parts"
+    with monkeypatch.context() as m:
+        m.setattr(experiment, "_StopRequest", _AlreadySignalled)
+        code = train.main([*TINY, *sweep, *CHUNK, "--out", str(parts)])
+    assert code == 128 + signal.SIGTERM
+    assert checkpoint.read_meta(parts / "checkpoint")["iterations_done"] == 2
+    assert train.main(["--resume", str(parts), "--no-progress"]) == 0
+    assert (parts / "metrics.csv").read_bytes() == (whole / "metrics.csv").read_bytes()
+    summary = json.loads((parts / "summary.json").read_text())
+    assert summary["population"] == 8 and summary["num_settings"] == 4
+
+
+def test_the_seed_flag_chooses_the_seeds(uninterrupted, tmp_path):
+    # --seed S: other keys than seed 0, the same ones for the same S, recorded for --resume.
+    again = tmp_path / "again"
+    assert train.main([*TINY, "--seed", "0", "--out", str(again)]) == 0
+    assert (again / "metrics.csv").read_bytes() == (uninterrupted / "metrics.csv").read_bytes()
+    other = tmp_path / "other"
+    assert train.main([*TINY, "--seed", "5", "--out", str(other)]) == 0
+    assert (other / "metrics.csv").read_bytes() != (uninterrupted / "metrics.csv").read_bytes()
+    assert checkpoint.read_meta(other / "checkpoint")["seed"] == 5

@@ -164,6 +164,38 @@ def test_tensorboard_events_written(sweep_run):
     assert len(events) == 6 and all(e.stat().st_size > 100 for e in events)
 
 
+def _read_events(folder: Path) -> dict[str, dict[int, float]]:
+    """Scalars of a TensorBoard event file: tag -> {step: value} (TFRecord framing:
+    8-byte length, 4-byte CRC, the Event proto, 4-byte CRC)."""
+    from tensorboardX.proto import event_pb2
+
+    scalars: dict[str, dict[int, float]] = {}
+    for path in folder.glob("events.out.tfevents.*"):
+        data = path.read_bytes()
+        pos = 0
+        while pos < len(data):
+            length = int.from_bytes(data[pos : pos + 8], "little")
+            event = event_pb2.Event.FromString(data[pos + 12 : pos + 12 + length])
+            pos += 16 + length
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, {})[event.step] = value.simple_value
+    return scalars
+
+
+@pytest.mark.skipif(not _has("tensorboardX"), reason="tensorboardX not installed")
+def test_tensorboard_scalars_are_the_per_setting_means_of_the_csv(sweep_run):
+    with (sweep_run / "metrics.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r["hp.learning_rate"] == "0.0003"]
+    rows = [r for r in rows if r["hp.clip_eps"] == "0.2"]
+    events = _read_events(sweep_run / "tensorboard" / "learning_rate=0.0003,clip_eps=0.2")
+    assert {"episode/return", "ppo/clip_frac", "policy/entropy"} <= set(events)
+    for it in range(5):
+        at = [r for r in rows if r["iteration"] == str(it)]
+        step = int(at[0]["env_steps"])
+        expected = np.mean([float(r["policy/entropy"]) for r in at])
+        assert events["policy/entropy"][step] == pytest.approx(expected, rel=1e-4)
+
+
 def test_eval_and_gif_from_run_folder(sweep_run, capsys):
     # The GIF needs gymnasium's classic-control renderer (pygame, in the dev extra); without
     # it the evaluation alone is checked.
