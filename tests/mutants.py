@@ -1,0 +1,204 @@
+#!/usr/bin/env python
+"""Mutation check: break one feature at a time in a copy of the code, run the tests that
+should catch it, and report each mutant as killed (a test failed) or survived.
+
+    python tests/mutants.py              # every mutant (about 15 minutes on a 2-core CPU)
+    python tests/mutants.py gae critic   # the mutants whose names contain these words
+    python tests/mutants.py --list
+    python tests/mutants.py --control    # the same test selections on the unchanged code
+
+Each mutant is a one-line textual change that must apply exactly once; it is applied to a
+copy of the repository (package, tests, configs, train.py) in a temporary folder, and the
+named tests run there with that copy first on the path. Exit status 1 if any survived.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Mutant(NamedTuple):
+    name: str
+    file: str  # relative to the repository root
+    old: str  # must occur exactly once
+    new: str
+    tests: tuple[str, ...]  # pytest arguments (node ids or `-k` expressions)
+
+
+M = Mutant
+MUTANTS = [
+    M("ppo-kl-penalty-off", "rlax_trpo/algorithms/ppo.py",
+      "+ kl_beta * approx_kl", "+ 0.0 * kl_beta * approx_kl",
+      ("tests/test_ppo_kl.py::test_the_kl_penalty_holds_the_policy_back",)),
+    M("ppo-adaptive-beta-rule", "rlax_trpo/algorithms/ppo.py",
+      "beta = jnp.where(kl < kl_target / 1.5, beta / 2.0, beta)",
+      "beta = jnp.where(kl < kl_target / 1.5, beta * 2.0, beta)",
+      ("tests/test_ppo_kl.py", "-k", "rule_table")),
+    M("ppo-value-loss-off", "rlax_trpo/algorithms/ppo.py",
+      "total = pg_loss + hp.vf_coef * v_loss", "total = pg_loss + 0.0 * v_loss",
+      ("tests/test_probes.py", "-k", "constant_reward and ppo")),
+    M("ppo-advantage-sign", "rlax_trpo/algorithms/ppo.py",
+      "adv = losses.normalize(mb.advantage) if", "adv = -losses.normalize(mb.advantage) if",
+      ("tests/test_probes.py", "-k", "picks_the_rewarded_action")),
+    M("clipped-surrogate-max", "rlax_trpo/losses.py",
+      "return jnp.minimum(ratios * advantages, clipped * advantages)",
+      "return jnp.maximum(ratios * advantages, clipped * advantages)",
+      ("tests/test_losses.py",)),
+    M("critic-frozen", "rlax_trpo/algorithms/common.py",
+      "(value_params, opt_state), loss = epochs_of_minibatches(",
+      "(_unused, opt_state), loss = epochs_of_minibatches(",
+      ("tests/test_probes.py", "-k", "constant_reward and (trpo or npg or vpg)")),
+    M("gae-lambda-ignored", "rlax_trpo/advantages.py",
+      "decays = gamma * lambda_ * env_continues(terminated, truncated)",
+      "decays = gamma * env_continues(terminated, truncated)",
+      ("tests/test_advantages.py",)),
+    M("truncation-no-bootstrap", "rlax_trpo/advantages.py",
+      "discounts = env_discounts(terminated, gamma)\n    decays",
+      "discounts = env_discounts(terminated | truncated, gamma)\n    decays",
+      ("tests/test_probes.py", "-k", "time_limit")),
+    M("monte-carlo-is-td", "rlax_trpo/advantages.py",
+      "truncated, gamma, 1.0)", "truncated, gamma, 0.0)",
+      ("tests/test_advantages.py",)),
+    M("nstep-bootstrap-ignores-termination", "rlax_trpo/advantages.py",
+      "boot = env_discounts(terminated, gamma) * next_values",
+      "boot = gamma * next_values",
+      ("tests/test_advantages.py",)),
+    M("group-advantage-uncentred", "rlax_trpo/advantages.py",
+      "centred = rewards - mean", "centred = rewards - 0.0 * mean",
+      ("tests/test_advantages.py", "tests/test_grpo.py", "-k", "group or reinforce")),
+    M("grpo-kl-off", "rlax_trpo/algorithms/grpo.py",
+      "surrogate + kl_beta * kl", "surrogate + 0.0 * kl_beta * kl",
+      ("tests/test_grpo.py::test_kl_to_the_reference_pulls_the_policy_back",)),
+    M("grouped-reset-not-copied", "rlax_trpo/grouped.py",
+      "copy = lambda x: jnp.repeat(x, group_size, axis=0)",
+      "copy = lambda x: jnp.concatenate([x] * group_size, axis=0)",
+      ("tests/test_grpo.py", "-k", "grouped")),
+    M("lm-kl-off", "rlax_trpo/lm/grpo.py",
+      "per_token = -objective + hp.kl_beta * kl", "per_token = -objective + 0.0 * kl",
+      ("tests/test_lm_grpo.py", "-k", "kl_penalty_pulls")),
+    M("lm-padding-leaks", "rlax_trpo/lm/grpo.py",
+      "masked = jnp.where(mask > 0, per_token, 0.0)", "masked = per_token",
+      ("tests/test_lm_grpo.py", "-k", "padding")),
+    M("lm-warm-start-not-reference", "rlax_trpo/lm/program.py",
+      "            params, losses = warm_start(", "            _unused, losses = warm_start(",
+      ("tests/test_lm_run.py", "-k", "warm_start")),
+    M("eval-adds-after-the-end", "rlax_trpo/evaluate.py",
+      "total = total + jnp.where(alive, res.reward, 0.0)", "total = total + res.reward",
+      ("tests/test_evaluate.py",)),
+    M("checkpoint-restores-zeros", "rlax_trpo/checkpoint.py",
+      "restored = jax.tree.map(np.asarray, restored)",
+      "restored = jax.tree.map(lambda x: np.zeros_like(np.asarray(x)), restored)",
+      ("tests/test_resume.py", "-k", "sweep_resumes")),
+    M("line-search-accepts-anything", "rlax_trpo/trust_region.py",
+      "passed = (kls <= kl_slack * max_kl) & (improvements > 0) & jnp.isfinite(improvements)",
+      "passed = jnp.isfinite(kls) | True",
+      ("tests/test_trpo.py", "-k", "rejected")),
+    M("cg-step-size", "rlax_trpo/trust_region.py",
+      "alpha = jnp.where(pap > 0, rs / jnp.where(pap > 0, pap, 1.0), 0.0)",
+      "alpha = jnp.where(pap > 0, 0.5 * rs / jnp.where(pap > 0, pap, 1.0), 0.0)",
+      ("tests/test_trust_region.py",)),
+    M("trust-region-scale", "rlax_trpo/trust_region.py",
+      "jnp.sqrt(2.0 * max_kl / jnp.where(shs > 0, shs, 1.0))",
+      "jnp.sqrt(8.0 * max_kl / jnp.where(shs > 0, shs, 1.0))",
+      ("tests/test_trust_region.py",)),
+    M("fvp-damping-dropped", "rlax_trpo/trust_region.py",
+      "return tree_axpy(damping, vector, fv)", "return fv",
+      ("tests/test_trust_region.py",)),
+    M("sweep-layout-seed-major", "rlax_trpo/sweep.py",
+      "np.repeat(np.asarray(per_setting, np.float32), num_seeds)",
+      "np.tile(np.asarray(per_setting, np.float32), num_seeds)",
+      ("tests/test_sweep.py", "-k", "layout or 3x2")),
+    M("obs-normaliser-uncentred", "rlax_trpo/normalization.py",
+      "return jnp.clip((x - self.mean) / jnp.sqrt(self.var + 1e-8), -clip, clip)",
+      "return jnp.clip(x / jnp.sqrt(self.var + 1e-8), -clip, clip)",
+      ("tests/test_envs.py",)),
+    M("reward-scaling-off", "rlax_trpo/normalization.py",
+      "traj = traj._replace(reward=return_stats.scale(traj.reward))",
+      "traj = traj._replace(reward=traj.reward)",
+      ("tests/test_envs.py", "-k", "reward_scaling")),
+    M("divergence-not-kept", "rlax_trpo/training.py",
+      "params = keep(params, state.params)", "params = params",
+      ("tests/test_cli.py", "-k", "divergence and ppo")),
+    M("vpg-gradient-sign", "rlax_trpo/algorithms/vpg.py",
+      "pg_loss = losses.policy_gradient_loss(log_prob, advantages)",
+      "pg_loss = losses.policy_gradient_loss(log_prob, -advantages)",
+      ("tests/test_vpg.py",)),
+    M("final-return-window", "rlax_trpo/stats.py",
+      "start = iters - max(1, math.ceil(iters * last_fraction))", "start = 0",
+      ("tests/test_cli.py", "-k", "run_folder")),
+]  # fmt: skip
+
+
+def run(mutant: Mutant, control: bool = False) -> tuple[bool, float, str]:
+    """(killed, seconds, last lines of pytest's output)."""
+    with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as tmp:
+        copy = Path(tmp)
+        for part in ("rlax_trpo", "tests", "configs", "notebooks", "train.py", "pyproject.toml"):
+            src = ROOT / part
+            if src.is_dir():
+                shutil.copytree(src, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy2(src, copy / part)
+        path = copy / mutant.file
+        text = path.read_text()
+        if text.count(mutant.old) != 1:
+            raise SystemExit(
+                f"{mutant.name}: the text to change occurs {text.count(mutant.old)} times"
+            )
+        if not control:
+            path.write_text(text.replace(mutant.old, mutant.new))
+        env = {**os.environ, "PYTHONPATH": str(copy), "RLAX_TRPO_SMALL": "1"}
+        start = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *mutant.tests],
+            cwd=copy,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        seconds = time.perf_counter() - start
+        tail = "\n".join(proc.stdout.strip().splitlines()[-3:])
+        if proc.returncode == 5 or "no tests ran" in proc.stdout:
+            raise SystemExit(f"{mutant.name}: the selected tests do not exist\n{tail}")
+        return proc.returncode != 0, seconds, tail
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("words", nargs="*", help="run only mutants whose name contains these")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--control", action="store_true", help="run the selections unchanged")
+    args = parser.parse_args()
+    chosen = [m for m in MUTANTS if not args.words or any(w in m.name for w in args.words)]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name:40s} {m.file}  ->  {' '.join(m.tests)}")
+        return 0
+    bad = []
+    for m in chosen:
+        failed, seconds, tail = run(m, control=args.control)
+        if args.control:
+            word, ok = ("passes  " if not failed else "FAILS   "), not failed
+        else:
+            word, ok = ("killed  " if failed else "SURVIVED"), failed
+        print(f"{word} {m.name:40s} {seconds:6.1f} s", flush=True)
+        if not ok:
+            bad.append(m.name)
+            print("    " + tail.replace("\n", "\n    "), flush=True)
+    what = "selections pass unchanged" if args.control else "mutants killed"
+    print(f"{len(chosen) - len(bad)} of {len(chosen)} {what}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
