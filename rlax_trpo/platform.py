@@ -4,7 +4,7 @@ Nothing here runs at import; `train.py`, the tests, the benchmarks and the noteb
 `apply_cpu_workarounds()` first thing.
 
 jaxlib 0.10's CPU runtime can deadlock: every thread parked, the run never finishes. We
-reproduced it in vmapped training programs on the 2-core CPU these sessions run on:
+reproduced it in vmapped training programs on a 2-core CPU:
 `jax.jit(jax.vmap(train))` over 2 seeds of a 3-iteration PPO CartPole run hung in 4 of 6
 fresh processes, PPO on Breakout-MinAtar with 2 seeds in every try, and it happened with and
 without XLA's concurrency-optimised scheduler, with XNNPACK/YNNPACK fusions off and with
