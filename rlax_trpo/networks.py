@@ -7,7 +7,9 @@
     log-std for continuous ones, Huang et al. 2022 detail 3 of the continuous list)
   * `value(value_params, obs) -> [...]`
 Initialisation follows the PPO implementation details: orthogonal with gain sqrt(2) for
-hidden layers, 0.01 for the policy head and 1.0 for the value head, biases zero.
+hidden layers, 0.01 for the policy head and 1.0 for the value head, biases zero. The
+orthogonal matrices are flax's, computed without LAPACK (`rlax_trpo.initializers`): a
+vmapped LAPACK QR deadlocks jaxlib's CPU runtime.
 """
 
 from __future__ import annotations
@@ -22,15 +24,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlax_trpo.envs import EnvSpec
+from rlax_trpo.initializers import orthogonal
 from rlax_trpo.types import Params
 
 _ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
 
 
 def _dense(features: int, gain: float) -> nn.Dense:
-    return nn.Dense(
-        features, kernel_init=nn.initializers.orthogonal(gain), bias_init=nn.initializers.zeros
-    )
+    return nn.Dense(features, kernel_init=orthogonal(gain), bias_init=nn.initializers.zeros)
 
 
 def patches_3x3(x: jax.Array) -> jax.Array:

@@ -1,0 +1,87 @@
+"""The LAPACK-free orthogonal initialiser equals flax's, and no training program calls LAPACK.
+
+A vmapped LAPACK QR (flax's orthogonal initialiser, one network per seed) deadlocks jaxlib's
+CPU runtime (docs/cpu_qr_deadlock.md), so the audit below lowers the vmapped init and
+training programs of every algorithm and of the language model and looks for LAPACK custom
+calls (QR, SVD, Cholesky, eigh, LU all lower to `lapack_*` targets on CPU).
+"""
+
+import re
+from pathlib import Path
+
+import flax.linen as nn
+import jax
+import numpy as np
+import pytest
+
+from rlax_trpo.config import config_from_dict, read_yaml
+from rlax_trpo.initializers import orthogonal
+from rlax_trpo.program import make_program
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPES = [(4, 64), (64, 64), (64, 2), (900, 128), (3, 3, 4, 8), (2, 5)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_equals_flax_orthogonal(shape):
+    rows, cols = int(np.prod(shape[:-1])), shape[-1]
+    for seed in range(3):
+        key = jax.random.key(seed)
+        ours = np.asarray(orthogonal(np.sqrt(2))(key, shape)) / np.sqrt(2)
+        theirs = np.asarray(nn.initializers.orthogonal(np.sqrt(2))(key, shape)) / np.sqrt(2)
+        # The float64 QR of the same Gaussian draw, sign-corrected like jax's.
+        z = np.asarray(jax.random.normal(key, (max(rows, cols), min(rows, cols))), np.float64)
+        q, r = np.linalg.qr(z)
+        q = q * np.sign(np.diag(r))
+        exact = (q.T if rows < cols else q).reshape(shape)
+        assert np.abs(ours - exact).max() < 5e-7
+        # flax's float32 QR is itself off by up to ~3e-6 on square draws (condition ~700)
+        tol = 5e-6 if rows == cols else 5e-7
+        assert np.abs(ours - theirs).max() < tol
+        flat = ours.reshape(rows, cols)
+        gram = flat.T @ flat if rows >= cols else flat @ flat.T
+        np.testing.assert_allclose(gram, np.eye(min(rows, cols)), atol=1e-5)
+
+
+def test_vmapped_equals_per_key():
+    keys = jax.random.split(jax.random.key(1), 8)
+    init = orthogonal(0.01)
+    batched = jax.jit(jax.vmap(lambda k: init(k, (64, 64))))(keys)
+    for i in range(8):
+        np.testing.assert_allclose(batched[i], init(keys[i], (64, 64)), atol=1e-8)
+
+
+def test_rejects_vectors():
+    with pytest.raises(ValueError, match="rank >= 2"):
+        orthogonal()(jax.random.key(0), (5,))
+
+
+def _lapack_calls(fn, *args) -> set[str]:
+    text = jax.jit(fn).lower(*args).as_text()
+    return {t for t in re.findall(r"custom_call @(\w+)", text) if "lapack" in t}
+
+
+CONFIGS = sorted(p.name for p in (ROOT / "configs").glob("*.yaml") if "_lm_" not in p.name)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_training_programs_call_no_lapack(name):
+    # every algorithm, the MLP and the CNN, Categorical and Gaussian policies
+    _assert_program_lapack_free(config_from_dict(read_yaml(ROOT / "configs" / name)))
+
+
+def test_language_model_program_calls_no_lapack():
+    config = config_from_dict(read_yaml(ROOT / "configs" / "grpo_lm_max_digit.yaml"))
+    _assert_program_lapack_free(config)
+
+
+def _assert_program_lapack_free(config):
+    program = make_program(config)
+    keys = jax.random.split(jax.random.key(0), 2)
+    hps = jax.tree.map(lambda x: np.stack([x, x]), program.hparams)
+    init = jax.vmap(program.init)
+    assert _lapack_calls(init, keys, hps) == set()
+    state = jax.eval_shape(init, keys, hps)
+    run = jax.vmap(lambda s, h: program.run(s, h, 1))
+    assert _lapack_calls(run, state, hps) == set()
+    assert _lapack_calls(jax.vmap(program.evaluate), state, keys) == set()
