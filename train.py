@@ -56,16 +56,25 @@ def build_parser() -> argparse.ArgumentParser:
 def run_main(argv: list[str]) -> int:
     """`train.py [options] [key=value ...]`; returns the exit status (0, 1 diverged,
     128+signal interrupted)."""
+    from rlax_trpo.platform import setup_cpu
+
+    args = build_parser().parse_intermixed_args(argv)
+    for flag, value in (("--devices", args.devices), ("--num-processes", args.num_processes)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag}: must be a positive integer (got {value})")
+    multi_host = args.coordinator_address is not None or args.num_processes is not None
+    # Before JAX starts (gymnax starts it at import): one CPU device per core, or --devices.
+    setup_cpu(None if multi_host else args.devices)
+    if multi_host:
+        from rlax_trpo.parallel import initialize_distributed
+
+        initialize_distributed(args.coordinator_address, args.num_processes, args.process_id)
     from rlax_trpo import experiment
     from rlax_trpo.checkpoint import load_config
     from rlax_trpo.config import config_from_dict, merge_overrides, parse_overrides, read_yaml
     from rlax_trpo.defaults import DEFAULT_CONFIG
     from rlax_trpo.sweep import parse_sweeps
 
-    args = build_parser().parse_intermixed_args(argv)
-    for flag, value in (("--devices", args.devices), ("--num-processes", args.num_processes)):
-        if value is not None and value < 1:
-            raise UsageError(f"{flag}: must be a positive integer (got {value})")
     config = None
     if args.resume is None or args.config is not None or args.overrides:
         raw = read_yaml(args.config) if args.config else dict(DEFAULT_CONFIG)
@@ -74,10 +83,6 @@ def run_main(argv: list[str]) -> int:
                 raise UsageError(f"--resume: {str(args.resume)!r} is not a run folder")
             raw = load_config(args.resume / "checkpoint").to_dict()
         config = config_from_dict(merge_overrides(raw, parse_overrides(args.overrides)))
-    if args.coordinator_address is not None or args.num_processes is not None:
-        from rlax_trpo.parallel import initialize_distributed
-
-        initialize_distributed(args.coordinator_address, args.num_processes, args.process_id)
     hp = config.to_dict()["hp"] if config is not None else None
     sweep = parse_sweeps(args.sweep, hp) if args.sweep else None
     result = experiment.run(
@@ -119,9 +124,12 @@ def build_eval_parser() -> argparse.ArgumentParser:
 
 def eval_main(argv: list[str]) -> int:
     """`train.py eval --run DIR [--episodes N] [--gif [PATH]]`; returns the exit status."""
-    from rlax_trpo.policy import best_member, evaluate_run, format_evaluation, render_member
+    from rlax_trpo.platform import setup_cpu
 
     args = build_eval_parser().parse_args(argv)
+    setup_cpu(1)  # evaluation runs on one device
+    from rlax_trpo.policy import best_member, evaluate_run, format_evaluation, render_member
+
     for flag, value in (("--episodes", args.episodes), ("--max-steps", args.max_steps)):
         if value is not None and value < 1:
             raise UsageError(f"{flag}: must be a positive integer (got {value})")
@@ -142,9 +150,7 @@ def eval_main(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from rlax_trpo.errors import ConfigError
-    from rlax_trpo.platform import apply_cpu_workarounds
 
-    apply_cpu_workarounds()  # before JAX starts its backend; see rlax_trpo/platform.py
     argv = sys.argv[1:] if argv is None else argv
     try:
         return eval_main(argv[1:]) if argv[:1] == ["eval"] else run_main(argv)

@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from rlax_trpo.platform import apply_cpu_workarounds
+from rlax_trpo.platform import setup_cpu
 
-apply_cpu_workarounds()  # before JAX starts (see rlax_trpo/platform.py)
+setup_cpu()  # before JAX starts: one CPU device per core (rlax_trpo/platform.py)
 
 import jax
 import jax.numpy as jnp

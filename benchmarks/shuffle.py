@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rlax_trpo.platform import apply_cpu_workarounds
+from rlax_trpo.platform import setup_cpu
 
-apply_cpu_workarounds()
+setup_cpu()  # before JAX starts: one CPU device per core (rlax_trpo/platform.py)
 
 import jax
 import jax.numpy as jnp

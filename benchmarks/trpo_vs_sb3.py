@@ -23,9 +23,9 @@ import platform
 import time
 from pathlib import Path
 
-from rlax_trpo.platform import apply_cpu_workarounds
+from rlax_trpo.platform import setup_cpu
 
-apply_cpu_workarounds()  # before JAX starts (see rlax_trpo/platform.py)
+setup_cpu()  # before JAX starts: one CPU device per core (rlax_trpo/platform.py)
 
 import jax
 import numpy as np

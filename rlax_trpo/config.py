@@ -1,10 +1,8 @@
 """Static `Config` and vmappable `HParams`, and their loading from YAML and `key=value` overrides.
 
-`Config` holds everything that fixes a shape or a loop length; it is frozen and hashable,
-so it can close over a compiled function. `HParams` is a pytree of float scalars that can be
-traced, vmapped and swept. Both are validated by pydantic on the host, before anything is
-compiled or written; a `ConfigError` carries a one-line message naming the key.
-"""
+`Config` fixes shapes and loop lengths; frozen and hashable, it can close over a compiled
+function. `HParams` is a pytree of float scalars that can be traced, vmapped and swept. Both
+are validated by pydantic on the host; a `ConfigError` names the key in one line."""
 
 from __future__ import annotations
 
@@ -53,6 +51,7 @@ class HParams:
     damping: Any = hp_field(0.1, ge=0)
     line_search_decay: Any = hp_field(0.8, gt=0, lt=1)
     kl_slack: Any = hp_field(1.0, ge=1)
+    cg_tol: Any = hp_field(1e-5, ge=0)  # CG stops at ||F s - g|| <= cg_tol ||g||
     value_learning_rate: Any = hp_field(1e-3, gt=0)
     # KL penalties (ppo kl_fixed / kl_adaptive, grpo).
     kl_beta: Any = hp_field(1.0, ge=0)
@@ -119,6 +118,7 @@ class ConfigModel(BaseModel):
     activation: Literal["tanh", "relu"] = "tanh"
     # Trust region (trpo / npg) and critic fitting for critic-only updates.
     cg_iters: int = Field(10, gt=0)
+    cg_solver: Literal["jax", "scan"] = "jax"  # jax.scipy's cg, or exactly cg_iters steps
     line_search_steps: int = Field(10, gt=0)
     fisher_fraction: float = Field(1.0, gt=0, le=1)
     value_epochs: int = Field(10, gt=0)

@@ -41,7 +41,10 @@ def initialize_distributed(
     process_id: int | None = None,
 ) -> None:
     """Join a multi-host run (`jax.distributed.initialize`); arguments left None are
-    auto-detected on Cloud TPU, SLURM and Open MPI clusters."""
+    auto-detected on Cloud TPU, SLURM and Open MPI clusters. Call it before JAX starts its
+    backend (`platform.setup_cpu` does not start it). CPU devices of different processes
+    talk through gloo (TCP), so a multi-process run also works on CPUs alone."""
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(
         coordinator_address=coordinator_address, num_processes=num_processes, process_id=process_id
     )

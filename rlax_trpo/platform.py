@@ -1,31 +1,26 @@
 """Host-side setup that call sites apply before JAX starts its backend.
 
 Nothing here runs at import; `train.py`, the tests, the benchmarks and the notebooks call
-`apply_cpu_workarounds()` first thing.
+`setup_cpu()` first thing. It does two things, both on the CPU backend only (a GPU or TPU
+run is unaffected: the CPU client is not its default backend):
 
-jaxlib 0.10's CPU runtime can deadlock: every thread parked, the run never finishes. We
-reproduced it in vmapped training programs on a 2-core CPU:
-`jax.jit(jax.vmap(train))` over 2 seeds of a 3-iteration PPO CartPole run hung in 4 of 6
-fresh processes, PPO on Breakout-MinAtar with 2 seeds in every try, and it happened with and
-without XLA's concurrency-optimised scheduler, with XNNPACK/YNNPACK fusions off and with
-Eigen's multi-threading off. It did not happen with the intra-op thread pool reduced to
-one thread (0 of 14 tiny runs on a quiet machine; one of 7 more, run while other heavy
-jobs shared the CPU, hit its 60 s timeout; 2-seed Breakout finished in 80 s). XLA sizes
-that pool from the CPUs the process may run on when the backend starts, so
-`apply_cpu_workarounds` starts the backend while the process is pinned to one CPU and then
-restores the affinity. Independent thunks no longer run side by side, which cost nothing
-measurable here (PPO CartPole at PureJaxRL's settings ran faster: the pool's hand-offs cost
-more than they gained on these tiny kernels), but XLA's compiler then also runs on one
-thread: compile times grow by about 60%. `RLAX_TRPO_CPU_POOL=all` skips it.
+- **One CPU device per usable core** (`jax_num_cpu_devices`), unless `devices` or
+  `XLA_FLAGS=--xla_force_host_platform_device_count=N` says otherwise. XLA:CPU runs one
+  program on one device with its intra-op thread pool, and the small kernels of RL training
+  (64-unit layers, a few envs per member) keep that pool mostly idle; `experiment.run` shards
+  a population over the devices instead, so every core runs its own members. A one-member
+  run stays on one device, as before.
+- **Straight-line threefry** (`unroll_threefry_on_cpu`): jax lowers the threefry hash on
+  CPU, and only there, as a `fori_loop` of five rounds to save compile time; inside a
+  vmapped environment step (every gymnax reset draws a random start state) that loop runs
+  with loop-carried copies, about 100 tiny kernels per draw. Straight-line, XLA fuses the
+  hash into one kernel; the bits are identical. `RLAX_TRPO_THREEFRY=rolled` keeps jax's
+  lowering. benchmarks/device_scaling.py measures both.
 
-`apply_cpu_workarounds` also makes the CPU lower JAX's threefry hash straight-line
-(`unroll_threefry_on_cpu`): jax lowers it on CPU, and only there, as a `fori_loop` of five
-rounds to save compile time, and inside a vmapped environment step (every gymnax reset draws
-a random start state) that loop runs with loop-carried copies, about 100 tiny kernels per
-draw, 128 draws per PPO iteration. Straight-line, XLA fuses the hash into one kernel; the
-bits are identical (the same uint32 arithmetic), PPO CartPole at PureJaxRL's settings ran
-about 6% faster (best of 2, three alternating pairs: 136-137k vs 143-146k env steps/s) and
-compiled slightly faster. `RLAX_TRPO_THREEFRY=rolled` keeps jax's lowering.
+An earlier release also started the backend with a one-thread intra-op pool, to dodge a
+deadlock. The deadlock's cause was a batched LAPACK QR in flax's orthogonal initialiser,
+which blocks a pool thread on tasks queued to the same pool (docs/cpu_qr_deadlock.md);
+`rlax_trpo.initializers.orthogonal` has no LAPACK call, so the pool keeps all its threads.
 """
 
 from __future__ import annotations
@@ -33,55 +28,48 @@ from __future__ import annotations
 import os
 from collections.abc import MutableMapping
 
-OPT_OUT = "RLAX_TRPO_CPU_POOL"
 THREEFRY_OPT_OUT = "RLAX_TRPO_THREEFRY"
+_FORCE_FLAG = "--xla_force_host_platform_device_count"
 
 
-def apply_cpu_workarounds(environ: MutableMapping[str, str] = os.environ) -> bool:
-    """Start JAX's backends with a one-thread CPU intra-op pool (see the module docstring).
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask), else `os.cpu_count()`."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
-    Must run before JAX initialises its backend (before the first computation, `jax.devices`
-    included); afterwards it changes nothing. Returns whether the pool was restricted.
-    Also applies `unroll_threefry_on_cpu` (unless `RLAX_TRPO_THREEFRY=rolled`).
+
+def setup_cpu(devices: int | None = None, environ: MutableMapping[str, str] = os.environ) -> int:
+    """Before JAX starts: `devices` CPU devices (default one per usable core) and the
+    straight-line threefry. Returns the number of CPU devices JAX will create.
+
+    Once JAX's backend has started (any computation, `jax.devices()` included), the device
+    count can no longer change: then it is left as it is and the current count returned.
+    `XLA_FLAGS=--xla_force_host_platform_device_count=N` in the environment wins over the
+    default (not over an explicit `devices`).
     """
     if environ.get(THREEFRY_OPT_OUT, "").lower() != "rolled":
         unroll_threefry_on_cpu()
-    if environ.get(OPT_OUT, "").lower() == "all":
-        return False
-    if not hasattr(os, "sched_getaffinity"):  # not Linux: leave XLA as it is
-        return False
-    import jax  # deferred: importing this module must not import (or start) JAX
+    import jax  # deferred: importing this module must not import JAX
 
     if _backends_started():
-        return False
-    cpus = os.sched_getaffinity(0)
-    if len(cpus) <= 1:
-        return False
-    try:
-        os.sched_setaffinity(0, {min(cpus)})
-    except OSError:  # not permitted here (some sandboxes): leave XLA as it is
-        return False
-    try:
-        jax.devices()  # creates the clients, and with them the intra-op thread pool
-    finally:
-        _restore_affinity(cpus)
-    return True
+        return len(jax.devices("cpu"))
+    if devices is None:
+        forced = _forced_count(environ.get("XLA_FLAGS", ""))
+        devices = forced if forced is not None else usable_cores()
+    jax.config.update("jax_num_cpu_devices", int(devices))
+    return int(devices)
 
 
-def _restore_affinity(cpus: set[int]) -> None:
-    """Give every thread of the process `cpus` again: threads started while the process was
-    pinned (XLA's pool among them) inherited the one-CPU mask, and the process-level call
-    only changes the calling thread."""
-    os.sched_setaffinity(0, cpus)
-    for tid in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else []:
-        try:
-            os.sched_setaffinity(int(tid), cpus)
-        except OSError:  # the thread has exited meanwhile
-            pass
+def _forced_count(flags: str) -> int | None:
+    for flag in flags.split():
+        if flag.startswith(_FORCE_FLAG + "="):
+            return int(flag.split("=", 1)[1])
+    return None
 
 
 def _backends_started() -> bool:
-    try:  # jax has no public query for this; without it the pinning is merely redundant
+    try:  # jax has no public query for this
         from jax._src import xla_bridge
 
         return bool(xla_bridge.backends_are_initialized())

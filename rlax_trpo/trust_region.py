@@ -6,7 +6,7 @@ vmap-safe (static shapes, no data-dependent Python control flow), following Schu
 
     g = grad_theta L(theta)                       surrogate gradient at theta_old
     F v = grad_theta (grad_theta KL . v) + d v    damped Fisher-vector product
-    s ~= F^-1 g                                   `cg_iters` conjugate-gradient iterations
+    s ~= F^-1 g                                   conjugate gradient, <= `cg_iters` iterations
     alpha = sqrt(2 delta / s^T F s)               so that 1/2 (alpha s)^T F (alpha s) = delta
     theta' = theta + beta^j alpha s               first j with KL <= slack * delta and dL > 0
 
@@ -113,11 +113,10 @@ def conjugate_gradient(matvec: Callable[[PyTree], PyTree], b: PyTree, iters: int
         p_{k+1} = r_{k+1} + (r_{k+1}.r_{k+1} / r_k.r_k) p_k
 
     A `lax.scan` of fixed length over pytrees, with the step sizes guarded so that an exactly
-    converged system (r = 0) stays put instead of dividing 0 by 0. We do not call
-    `jax.scipy.sparse.linalg.cg` here: under `jit(vmap(.))` with a batch of 4 or 8 on CPU
-    (jax 0.10.2) its batched `while_loop` returned residuals of 1e12-1e19 where the same call
-    un-vmapped converges to 1e-7 (see tests/test_trust_region.py); it also reports no
-    convergence information. The true residual is computed with one extra product.
+    converged system (r = 0) stays put instead of dividing 0 by 0. It records the residual
+    after every iteration (`residual_path`), which `jax_cg` does not; TRPO's default solver is
+    `jax_cg` (`cg_solver: jax`), this one is `cg_solver: scan` and the diagnostic of
+    notebooks/trpo_anatomy.ipynb. The true residual is computed with one extra product.
 
     Args:
       matvec: v -> A v on trees shaped like `b`.
@@ -171,6 +170,21 @@ class NaturalStep(NamedTuple):
     grad_norm: jax.Array  # ||g||
 
 
+def jax_cg(
+    matvec: Callable[[PyTree], PyTree], b: PyTree, maxiter: int, tol: jax.Array = 1e-5
+) -> PyTree:
+    """`jax.scipy.sparse.linalg.cg` from a zero guess that is batched like `b`.
+
+    Stops after `maxiter` iterations or at ||A x - b|| <= tol ||b||. The zero initial guess
+    is `0 * b`, not cg's default `zeros_like(b)`: under `vmap` the default is an unbatched
+    constant, and on jaxlib 0.10's CPU backend that batched solve returned residuals of
+    1e7-1e20 inside the TRPO training program (docs/cg_unbatched_x0.md).
+    """
+    x0 = jax.tree.map(lambda leaf: 0.0 * leaf, b)
+    x, _ = jax.scipy.sparse.linalg.cg(matvec, b, x0=x0, tol=tol, maxiter=maxiter)
+    return x
+
+
 def natural_step(
     kl_fn: Callable[[PyTree], jax.Array],
     params: PyTree,
@@ -178,6 +192,8 @@ def natural_step(
     max_kl: jax.Array,
     damping: jax.Array,
     cg_iters: int,
+    cg_tol: jax.Array = 1e-5,
+    solver: str = "jax",
 ) -> NaturalStep:
     """The natural-gradient step alpha F^-1 g scaled to the trust region (TRPO / NPG).
 
@@ -187,11 +203,19 @@ def natural_step(
       grad: g, the gradient of the surrogate to *maximise* at theta_old.
       max_kl: trust-region radius delta.
       damping: Fisher damping d.
-      cg_iters: conjugate-gradient iterations (static).
+      cg_iters: at most this many conjugate-gradient iterations (static).
+      cg_tol: `jax_cg` stops early at ||F s - g|| <= cg_tol ||g|| (ignored by "scan").
+      solver: "jax" (`jax_cg`) or "scan" (`conjugate_gradient`: exactly `cg_iters` steps).
     """
     fvp = lambda v: fisher_vector_product(kl_fn, params, v, damping)
-    direction, residual, _ = conjugate_gradient(fvp, grad, cg_iters)
-    f_direction = fvp(direction)
+    if solver == "jax":
+        direction = jax_cg(fvp, grad, cg_iters, cg_tol)
+    elif solver == "scan":
+        direction = conjugate_gradient(fvp, grad, cg_iters).x
+    else:
+        raise ValueError(f"solver: {solver!r} is not 'jax' or 'scan'")
+    f_direction = fvp(direction)  # also gives the true residual for free
+    residual = tree_norm(tree_axpy(-1.0, grad, f_direction)) / jnp.maximum(tree_norm(grad), 1e-30)
     alpha = trust_region_scale(direction, f_direction, max_kl)
     step = jax.tree.map(lambda s: alpha * s, direction)
     return NaturalStep(

@@ -7,6 +7,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("RLAX_TRPO_SMALL", "1")
 
 # Before any test starts JAX's backend (notebook kernels inherit the environment too).
-from rlax_trpo.platform import apply_cpu_workarounds  # noqa: E402
+from rlax_trpo.platform import setup_cpu  # noqa: E402
 
-apply_cpu_workarounds()
+setup_cpu()  # before JAX starts: one CPU device per core (rlax_trpo/platform.py)

@@ -89,6 +89,9 @@ def _assert_close(a: list[dict], b: list[dict], rtol: float, atol: float) -> Non
             x, y = float(ra[name]), float(rb[name])
             if name.startswith("episode/") or name in ("seed", "iteration", "env_steps"):
                 assert x == y or (np.isnan(x) and np.isnan(y)), name
+            elif name.endswith("cg_residual"):
+                # rounding noise near CG's stopping tolerance (1e-5 of ||g||): an absolute check
+                assert abs(x - y) < 1e-4 and max(x, y) < 1e-3, (name, x, y)
             else:
                 np.testing.assert_allclose(x, y, rtol=rtol, atol=atol, err_msg=name)
 

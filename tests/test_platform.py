@@ -1,4 +1,5 @@
-"""The CPU workaround: a one-thread XLA intra-op pool, applied before JAX starts, opt-out."""
+"""CPU setup before JAX starts: one CPU device per core (or as asked), the whole thread pool,
+straight-line threefry; importing the package starts nothing."""
 
 import json
 import os
@@ -15,15 +16,13 @@ import json, os, sys
 import rlax_trpo.platform as platform
 from jax._src import xla_bridge
 before = {"started": xla_bridge.backends_are_initialized(), "gymnax": "gymnax" in sys.modules}
-applied = platform.apply_cpu_workarounds()
+devices = int(sys.argv[1]) if len(sys.argv) > 1 else None
+configured = platform.setup_cpu(devices)
 import jax, jax.numpy as jnp
 jax.jit(lambda x: (x @ x).sum())(jnp.ones((256, 256))).block_until_ready()
-tasks = os.listdir("/proc/self/task")
-names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in tasks]
-masks = [sorted(os.sched_getaffinity(int(t))) for t in tasks]
-print(json.dumps({**before, "applied": applied, "again": platform.apply_cpu_workarounds(),
-                  "pool_threads": names.count("tf_XLAEigen"),
-                  "affinity": sorted(os.sched_getaffinity(0)), "masks": masks}))
+names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+print(json.dumps({**before, "configured": configured, "again": platform.setup_cpu(7),
+                  "devices": jax.device_count(), "pool_threads": names.count("tf_XLAEigen")}))
 """
 
 linux_multicore = pytest.mark.skipif(
@@ -32,12 +31,13 @@ linux_multicore = pytest.mark.skipif(
 )
 
 
-def _probe(script=PROBE, **env):
+def _probe(script=PROBE, *args, **env):
     """Run `script` in a fresh interpreter (JAX not yet started) and parse its last line."""
+    base = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     proc = subprocess.run(
-        [sys.executable, "-c", script],
+        [sys.executable, "-c", script, *args],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", **env},
+        env={**base, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", **env},
         capture_output=True,
         text=True,
         timeout=120,
@@ -47,22 +47,20 @@ def _probe(script=PROBE, **env):
 
 
 @linux_multicore
-def test_pool_has_one_thread_and_affinity_is_restored():
+def test_one_cpu_device_per_core_and_the_whole_pool():
     out = _probe()
     # Importing rlax_trpo.platform must not import gymnax (which starts the backends).
     assert out["started"] is False and out["gymnax"] is False
-    assert out["applied"] is True and out["again"] is False  # a second call changes nothing
-    assert out["pool_threads"] == 1
-    # Every thread, XLA's pool included, may run on all CPUs again.
-    assert out["affinity"] == sorted(os.sched_getaffinity(0))
-    assert all(m == out["affinity"] for m in out["masks"])
+    cores = len(os.sched_getaffinity(0))
+    assert out["configured"] == out["devices"] == cores
+    assert out["again"] == cores  # once JAX has started, the count no longer changes
+    assert out["pool_threads"] == cores  # no one-thread pool any more
 
 
-@linux_multicore
-def test_opt_out_keeps_the_full_pool():
-    out = _probe(RLAX_TRPO_CPU_POOL="all")
-    assert out["applied"] is False
-    assert out["pool_threads"] == len(os.sched_getaffinity(0))
+def test_explicit_count_and_xla_flags():
+    assert _probe(PROBE, "3")["devices"] == 3
+    forced = _probe(XLA_FLAGS="--xla_force_host_platform_device_count=5")
+    assert forced["configured"] == forced["devices"] == 5
 
 
 LAZY_PROBE = """
@@ -91,7 +89,7 @@ def test_package_import_is_lazy_and_complete():
 THREEFRY_PROBE = """
 import json
 import rlax_trpo.platform as platform
-platform.apply_cpu_workarounds()
+platform.setup_cpu()
 import jax
 keys = jax.random.split(jax.random.key(7), 5)
 draw = jax.jit(jax.vmap(lambda k: jax.random.uniform(k, (3,))))

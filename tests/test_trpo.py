@@ -64,10 +64,11 @@ def test_advantage_scale_leaves_the_update_unchanged(algorithm):
 
 
 def test_trpo_cartpole_learns_and_respects_the_trust_region():
-    # The shipped configuration at 40% of its budget, 2 seeds in one vmapped call.
+    # The shipped configuration at 40% of its budget, 4 seeds in one vmapped call (the batch
+    # at which jax's CG with an unbatched initial guess failed: docs/cg_unbatched_x0.md).
     config = load_config(ROOT / "configs" / "trpo_cartpole.yaml", ["total_env_steps=40960"])
     trainer = make_trainer(config)
-    keys = jax.random.split(jax.random.key(0), 2)
+    keys = jax.random.split(jax.random.key(0), 4)
     _, metrics = jax.jit(jax.vmap(trainer.train, in_axes=(0, None)))(keys, config.hp)
     m = to_numpy(metrics)
     for name in TRPO_METRICS:
@@ -83,7 +84,7 @@ def test_trpo_cartpole_learns_and_respects_the_trust_region():
     assert np.allclose(m["trpo/kl"][~accepted], 0.0, atol=1e-7)
     assert np.allclose(m["trpo/actual_improvement"][~accepted], 0.0, atol=1e-6)
     assert (m["trpo/line_search_steps"][~accepted] == config.line_search_steps).all()
-    assert float(np.median(m["trpo/cg_residual"])) < 1e-2
+    assert float(np.max(m["trpo/cg_residual"])) < 1e-3  # jax's CG, stopped at 1e-5 or 15 steps
     # Learning: random play scores about 22; TRPO is well above it after 40 iterations.
     finals = final_returns(m)
     assert finals.min() >= 200, finals

@@ -77,8 +77,7 @@ def test_cg_matches_dense_solve_on_a_pytree(mode):
 
 
 def test_cg_under_jit_vmap_matches_single_solves():
-    # jax.scipy.sparse.linalg.cg returned residuals of 1e12+ under jit(vmap) at batch 4 on
-    # CPU; our fixed-iteration CG must give each system's own solution in a batch.
+    # The fixed-iteration CG (cg_solver: scan) gives each system of a batch its own solution.
     keys = jax.random.split(jax.random.key(3), 4)
     mats = jax.vmap(lambda k: random_spd(8, k, 20.0))(keys)
     rhs = jax.random.normal(jax.random.key(4), (4, 8))
@@ -89,6 +88,52 @@ def test_cg_under_jit_vmap_matches_single_solves():
             batched.x[i], jnp.linalg.solve(mats[i], rhs[i]), rtol=1e-3, atol=1e-4
         )
     assert float(batched.residual.max()) < 1e-3
+
+
+def _policy_problem(key):
+    """A CartPole policy (64x64 tanh) at a random init, its Fisher KL on random observations
+    and a surrogate-like gradient: the system TRPO solves, one per seed."""
+    config = Config.create(algorithm="trpo")
+    nets = make_networks(config, make_env("CartPole-v1").spec)
+    k_init, k_obs, k_adv = jax.random.split(key, 3)
+    params = nets.init(k_init).policy
+    params = jax.tree.map(lambda x: x * 30.0 if x.ndim == 2 and x.shape[-1] <= 2 else x, params)
+    obs = jax.random.normal(k_obs, (256, 4))
+    actions = jax.random.bernoulli(k_adv, 0.5, (256,)).astype(jnp.int32)
+    adv = jax.random.normal(jax.random.fold_in(k_adv, 1), (256,))
+    kl_fn = tr.mean_kl_fn(nets.policy, params, obs)
+    grad = jax.grad(lambda p: jnp.mean(nets.policy(p, obs).log_prob(actions) * adv))(params)
+    return kl_fn, params, grad
+
+
+@pytest.mark.parametrize("batch", [4, 8])
+def test_jax_cg_natural_step_under_jit_vmap_equals_per_seed_solves(batch):
+    # jax.scipy.sparse.linalg.cg with its default (unbatched) zero guess returned residuals
+    # of 1e7-1e20 in vmapped TRPO programs on CPU (docs/cg_unbatched_x0.md); `jax_cg` passes
+    # a batched one. Each seed's step must equal its own un-vmapped solve.
+    def step(key):
+        kl_fn, params, grad = _policy_problem(key)
+        nat = tr.natural_step(kl_fn, params, grad, 0.01, 0.1, 15, 1e-5, "jax")
+        return ravel_pytree(nat.step)[0], nat.cg_residual
+
+    keys = jax.random.split(jax.random.key(7), batch)
+    steps, residuals = jax.jit(jax.vmap(step))(keys)
+    assert float(residuals.max()) < 1e-3
+    one = jax.jit(step)
+    for i in range(batch):
+        alone, residual = one(keys[i])
+        assert float(residual) < 1e-3
+        np.testing.assert_allclose(steps[i], alone, rtol=1e-3, atol=1e-6)
+
+
+def test_jax_and_scan_solvers_agree():
+    kl_fn, params, grad = _policy_problem(jax.random.key(8))
+    solve = lambda solver: tr.natural_step(kl_fn, params, grad, 0.01, 0.1, 15, 1e-5, solver)
+    a, b = jax.jit(lambda: solve("jax"))(), jax.jit(lambda: solve("scan"))()
+    np.testing.assert_allclose(ravel_pytree(a.step)[0], ravel_pytree(b.step)[0], atol=1e-4)
+    assert float(a.cg_residual) < 1e-3 and float(b.cg_residual) < 1e-3
+    with pytest.raises(ValueError, match="solver"):
+        tr.natural_step(kl_fn, params, grad, 0.01, 0.1, 15, 1e-5, "lu")
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -5,7 +5,8 @@ One update, as in the paper's practical algorithm (App. C) and sb3-contrib's TRP
     A  <- advantages of the batch, normalised over the batch (optional)
     L(theta) = mean_n pi_theta(a_n|s_n) / pi_old(a_n|s_n) * A_n        surrogate
     g  = grad L(theta_old)
-    s  = CG(F + d I, g, cg_iters)          F: Hessian of mean KL(pi_old || pi_theta)
+    s  = CG(F + d I, g)                    F: Hessian of mean KL(pi_old || pi_theta); jax.scipy's
+                                           cg, <= cg_iters steps, to ||F s - g|| <= cg_tol ||g||
     step = sqrt(2 delta / s^T F s) * s
     trpo: theta <- first of theta + beta^j step with KL <= slack delta and L gain > 0, else theta
     npg:  theta <- theta + step            (the scaled natural step, no line search)
@@ -75,7 +76,14 @@ def _make_trust_region_method(config: Config, networks: Networks, line_search: b
 
         surrogate_old, grad = jax.value_and_grad(surrogate)(policy_params)
         nat = tr.natural_step(
-            fisher_kl, policy_params, grad, hp.max_kl, hp.damping, config.cg_iters
+            fisher_kl,
+            policy_params,
+            grad,
+            hp.max_kl,
+            hp.damping,
+            config.cg_iters,
+            hp.cg_tol,
+            config.cg_solver,
         )
 
         def evaluate(candidate: Any) -> tuple[jax.Array, jax.Array]:
