@@ -5,18 +5,26 @@
 Needs only jax. Prints "ok ..." when it finishes; a hang leaves the process at 0% CPU.
 """
 
-import sys, time
-import jax, jax.numpy as jnp
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import sys
+import time
+
+import jax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
 n_dev = jax.device_count()
 batch = int(sys.argv[1]) if len(sys.argv) > 1 else 8
+
+
 @jax.jit
 def f(keys):
     return jax.vmap(lambda k: jax.random.orthogonal(k, 64))(keys)
+
+
 keys = jax.random.split(jax.random.key(0), batch)
 if n_dev > 1:
     keys = jax.device_put(keys, NamedSharding(Mesh(jax.devices(), ("b",)), P("b")))
 t = time.time()
-for i in range(20):
+for _i in range(20):
     jax.block_until_ready(f(keys))
 print("ok", n_dev, batch, round(time.time() - t, 2), flush=True)
