@@ -104,9 +104,12 @@ def run_main(argv: list[str]) -> int:
 def _report(result) -> int:
     from rlax_trpo.report import format_outcome
 
+    import jax
+
     out, err, code = format_outcome(result)
-    print(out, end="")
-    print(err, end="", file=sys.stderr)
+    if jax.process_index() == 0:  # in a multi-process run, process 0 speaks for all
+        print(out, end="")
+        print(err, end="", file=sys.stderr)
     return code
 
 

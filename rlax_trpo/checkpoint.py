@@ -70,33 +70,43 @@ def save_step(
 ) -> Path:
     """Write one complete checkpoint step atomically and point `LATEST` at it.
 
-    `meta` must hold `iterations_done`; the step folder is named after it.
+    `meta` must hold `iterations_done`; the step folder is named after it. In a multi-process
+    run every process calls this (orbax writes each process's shards); process 0 alone
+    writes the other files and renames the folder, between barriers.
     """
+    import jax
     import orbax.checkpoint as ocp
 
+    from rlax_trpo.parallel import barrier, run_token
+
+    primary = jax.process_index() == 0
     ckpt_dir = Path(ckpt_dir).absolute()
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
     name = f"iter_{int(meta['iterations_done']):06d}"
-    tmp = ckpt_dir / f".{name}.tmp-{os.getpid()}"
+    tmp = ckpt_dir / f".{name}.tmp-{run_token()}"
     final = ckpt_dir / name
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
+    if primary:
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+    barrier("checkpoint-start")
     checkpointer = ocp.StandardCheckpointer()
     checkpointer.save(tmp / "state", to_savable(state))
     checkpointer.wait_until_finished()
     checkpointer.close()
-    np.savez(tmp / "metrics.npz", **{k: np.asarray(v) for k, v in metrics.items()})
-    (tmp / "meta.json").write_text(json.dumps(dict(meta), indent=2) + "\n")
-    (tmp / "MANIFEST.json").write_text(json.dumps(_manifest(tmp), indent=1) + "\n")
-    _atomic_write(ckpt_dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
-    if final.exists():  # same step written again (e.g. a resumed run re-saving): replace
-        shutil.rmtree(final)
-    tmp.rename(final)
-    _atomic_write(ckpt_dir / "LATEST", name + "\n")
-    for old in ckpt_dir.glob("iter_*"):
-        if old.name != name and old.is_dir():
-            shutil.rmtree(old, ignore_errors=True)
+    if primary:
+        np.savez(tmp / "metrics.npz", **{k: np.asarray(v) for k, v in metrics.items()})
+        (tmp / "meta.json").write_text(json.dumps(dict(meta), indent=2) + "\n")
+        (tmp / "MANIFEST.json").write_text(json.dumps(_manifest(tmp), indent=1) + "\n")
+        _atomic_write(ckpt_dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
+        if final.exists():  # same step written again (e.g. a resumed run re-saving): replace
+            shutil.rmtree(final)
+        tmp.rename(final)
+        _atomic_write(ckpt_dir / "LATEST", name + "\n")
+        for old in ckpt_dir.glob("iter_*"):
+            if old.name != name and old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
+    barrier("checkpoint-done")
     return final
 
 

@@ -96,10 +96,10 @@ class ConfigModel(BaseModel):
     num_envs: int = Field(4, gt=0)
     num_steps: int = Field(128, gt=0)
     total_env_steps: int = Field(500_000, gt=0)
-    # Update schedule.
     num_epochs: int = Field(4, gt=0)
     num_minibatches: int = Field(4, gt=0)
     anneal_lr: bool = True
+    shuffle: Literal["batch", "per_env"] = "batch"  # minibatches: see common.batch_layout
     clip_value_loss: bool = False
     optimizer: Literal["adam", "sgd"] = "adam"
     adam_eps: float = Field(1e-5, gt=0)

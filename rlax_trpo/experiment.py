@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import os
 import shutil
 import signal
 import sys
@@ -218,7 +217,7 @@ def _run(plan: _Plan, stop: _StopRequest) -> RunResult:
 
     # Chunked runs work in the run folder itself (so --resume finds it); others in a
     # temporary folder renamed at the end (a run folder is whole or absent).
-    work = out if chunked else out.parent / f".{out.name}.tmp-{os.getpid()}"
+    work = out if chunked else out.parent / f".{out.name}.tmp-{parallel.run_token()}"
     tb = None
     try:
         if main_proc:
@@ -334,7 +333,7 @@ def _run(plan: _Plan, stop: _StopRequest) -> RunResult:
         bar.close()
         if tb is not None:
             tb.close()
-        if work != out and work.exists():
+        if main_proc and work != out and work.exists():  # process 0 owns the folder
             shutil.rmtree(work, ignore_errors=True)
     status = "diverged" if "diverged" in summary else "complete"
     return RunResult(out, status, summary, metrics, host_state)

@@ -9,11 +9,10 @@ collectives; no `pmap`, no hand-written `psum`):
 - `"envs"`: one large run splits its environment axis (`[pop, num_envs, ...]` leaves of the
   carry: env states, observations, episode counters) over a mesh `("env",)`; parameters and
   optimiser state are replicated. The environment steps and the rollout's forward passes
-  run split; where the update's batch stays split, XLA turns its means into all-reduces.
-  (With the time-major flatten in `algorithms.common.flatten_batch` the partitioner
-  all-gathers the trajectory and runs the update replicated; an env-major flatten keeps
-  it split, see docs/operations.md.) Results equal a single-device run up to float
-  rounding.
+  run split. With `shuffle: per_env` the update's batch stays split too (env-major flatten,
+  per-environment shuffles) and its means become all-reduces; with the default
+  `shuffle: batch` the partitioner all-gathers the trajectory and runs the update
+  replicated (docs/operations.md). Results equal a single-device run up to float rounding.
 
 Multi-host: call `initialize_distributed` (a thin wrapper of `jax.distributed.initialize`)
 in every process before anything else touches JAX; `jax.devices()` then lists the devices
@@ -136,6 +135,26 @@ def _put_leaf(x: Any, sharding: jax.sharding.Sharding) -> jax.Array:
         return jax.random.wrap_key_data(_put_leaf(jax.random.key_data(x), sharding))
     host = np.asarray(x)
     return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+
+
+def barrier(name: str) -> None:
+    """Wait for every process (a no-op in a one-process run)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
+def run_token() -> int:
+    """This process's id, or in a multi-process run process 0's, broadcast: the same number
+    in every process (names the run's temporary folder, which all processes write to)."""
+    import os
+
+    if jax.process_count() == 1:
+        return os.getpid()
+    from jax.experimental import multihost_utils
+
+    return int(multihost_utils.broadcast_one_to_all(np.int32(os.getpid())))
 
 
 def to_host(tree: Any) -> Any:

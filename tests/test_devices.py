@@ -39,6 +39,14 @@ SCRIPT = textwrap.dedent("""
             "value_minibatches=2", "eval_episodes=2", "--shard", "envs"]
     assert train.main([*trpo, "--out", str(out / "env4")]) == 0
     assert train.main([*trpo, "--devices", "1", "--out", str(out / "env1")]) == 0
+    # shuffle: per_env, the data-parallel update: PPO minibatches and TRPO's critic minibatches
+    # shuffle within each environment, so nothing is gathered.
+    ppo = ["--no-progress", "num_envs=8", "num_steps=16", "total_env_steps=512", "num_epochs=2",
+           "num_minibatches=4", "eval_episodes=2", "shuffle=per_env", "--shard", "envs"]
+    for name, argv in (("ppo", ppo), ("trpo", [*trpo, "shuffle=per_env"])):
+        for d in (1, 2, 4):
+            run = ["--devices", str(d), "--out", str(out / f"{name}_dp{d}")]
+            assert train.main([*argv, *run]) == 0
 """)
 
 
@@ -105,3 +113,71 @@ def test_env_axis_sharded_trpo_equals_one_device(runs):
     assert len(a) == len(b) == 4
     # equal up to the order of float summation in the cross-device reductions
     _assert_close(a, b, rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "trpo"])
+@pytest.mark.parametrize("devices", [2, 4])
+def test_data_parallel_update_equals_one_device(runs, algorithm, devices):
+    summary = json.loads((runs / f"{algorithm}_dp{devices}" / "summary.json").read_text())
+    assert summary["num_devices"] == devices and summary["device_layout"] == "envs"
+    a, b = _rows(runs / f"{algorithm}_dp{devices}"), _rows(runs / f"{algorithm}_dp1")
+    _assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+HLO_SCRIPT = textwrap.dedent("""
+    import json, re
+
+    import jax
+    import numpy as np
+
+    from rlax_trpo import parallel
+    from rlax_trpo.config import config_from_dict
+    from rlax_trpo.defaults import DEFAULT_CONFIG
+    from rlax_trpo.program import make_program
+
+    def compiled_text(raw, devices):
+        program = make_program(config_from_dict(raw))
+        mesh = parallel.make_mesh(devices, "envs")
+        hps = jax.tree.map(lambda x: np.stack([x]), program.hparams)
+        keys = jax.random.split(jax.random.key(0), 1)
+        abstract = jax.eval_shape(jax.vmap(program.init), keys, hps)
+        sh = parallel.state_shardings(abstract, mesh)
+        rep = parallel.population_sharding(mesh)
+        placed = jax.tree.map(
+            lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, sh)
+        hps = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep), hps)
+        run = jax.jit(jax.vmap(lambda s, h: program.run(s, h, 1)), out_shardings=(sh, rep))
+        return run.lower(placed, hps).compile().as_text()
+
+    out = {}
+    for algo in ("ppo", "trpo"):
+        for shuffle in ("batch", "per_env"):
+            raw = {**DEFAULT_CONFIG, "algorithm": algo, "num_envs": 8, "num_steps": 32,
+                   "shuffle": shuffle, "num_minibatches": 4, "value_minibatches": 4}
+            if algo == "trpo":
+                raw = {k: v for k, v in raw.items() if k not in ("num_epochs", "num_minibatches")}
+                raw["hp"] = {}
+            for d in (2, 4):
+                text = compiled_text(raw, d)
+                out[f"{algo}/{shuffle}/{d}"] = {
+                    "all_gather": len(re.findall(r" all-gather[(]", text)),
+                    "all_reduce": len(re.findall(r" all-reduce[(]", text)),
+                }
+    print(json.dumps(out))
+""")
+
+
+def test_data_parallel_update_gathers_nothing():
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+           "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", HLO_SCRIPT], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = json.loads(proc.stdout.strip().splitlines()[-1])
+    for algo in ("ppo", "trpo"):
+        for d in (2, 4):
+            # The time-major flatten gathers the trajectory; the env-major one keeps it split
+            # and turns the update's batch means into all-reduces.
+            assert counts[f"{algo}/batch/{d}"]["all_gather"] > 0, counts
+            assert counts[f"{algo}/per_env/{d}"]["all_gather"] == 0, counts
+            assert counts[f"{algo}/per_env/{d}"]["all_reduce"] > 0, counts

@@ -72,19 +72,61 @@ def adam_step(
 # ---------------------------------------------------------------- batches
 
 
-def flatten_batch(batch: Any) -> Any:
-    """`[T, B, ...]` -> `[T * B, ...]` on every leaf."""
+def flatten_batch(batch: Any, env_major: bool = False) -> Any:
+    """`[T, B, ...]` -> `[T * B, ...]` on every leaf (time-major), or `[B * T, ...]`
+    (env-major: each environment's steps contiguous, so a batch split over devices along
+    its environment axis stays split)."""
+    if env_major:
+        batch = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)
     return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
 
 
-def minibatches(batch: Any, key: jax.Array, num_minibatches: int) -> Any:
+def minibatches(batch: Any, key: jax.Array, num_minibatches: int, groups: int = 1) -> Any:
     """Shuffle a batch along its leading axis `[N, ...]` and split every leaf into
-    `[num_minibatches, N / num_minibatches, ...]`."""
+    `[num_minibatches, N / num_minibatches, ...]`.
+
+    With `groups > 1` the batch is `groups` equal contiguous blocks (one per environment of
+    an env-major batch); each block is shuffled on its own and every minibatch takes the same
+    number of samples from every block. No sample moves between blocks, so a batch split over
+    devices along its blocks is shuffled without communication.
+    """
     n = jax.tree.leaves(batch)[0].shape[0]
-    perm = shuffle.permutation(key, n)
-    return jax.tree.map(
-        lambda x: jnp.take(x, perm, axis=0).reshape((num_minibatches, -1) + x.shape[1:]), batch
-    )
+    if groups == 1:
+        perm = shuffle.permutation(key, n)
+        return jax.tree.map(
+            lambda x: jnp.take(x, perm, axis=0).reshape((num_minibatches, -1) + x.shape[1:]),
+            batch,
+        )
+    per = n // groups
+    perms = jax.vmap(lambda k: shuffle.permutation(k, per))(jax.random.split(key, groups))
+
+    def split(x):
+        x = x.reshape((groups, per) + x.shape[1:])
+        idx = perms.reshape(perms.shape + (1,) * (x.ndim - 2))
+        x = jnp.take_along_axis(x, idx, axis=1)
+        x = x.reshape((groups, num_minibatches, per // num_minibatches) + x.shape[2:])
+        return jnp.swapaxes(x, 0, 1).reshape((num_minibatches, -1) + x.shape[3:])
+
+    return jax.tree.map(split, batch)
+
+
+def batch_layout(config: Config, *minibatch_counts: int) -> tuple[bool, int]:
+    """(env_major, groups) for `flatten_batch` and `minibatches` under `config.shuffle`.
+
+    `shuffle: batch` (the default): time-major, one shuffle of the whole batch.
+    `shuffle: per_env`: env-major, each environment's steps shuffled on their own, so
+    `--shard envs` runs the update without gathering the trajectory; each minibatch count
+    must divide `num_steps`.
+    """
+    if config.shuffle == "batch":
+        return False, 1
+    for m in minibatch_counts:
+        if config.num_steps % m:
+            raise ConfigError(
+                f"shuffle: per_env needs minibatch counts that divide num_steps = "
+                f"{config.num_steps} (got {m})"
+            )
+    return True, config.num_envs
 
 
 def epochs_of_minibatches(
@@ -184,6 +226,7 @@ def make_critic_fitter(config: Config, networks: Networks) -> CriticFitter:
             f"num_envs x num_steps = {config.batch_size}"
         )
     optimizer = optax.inject_hyperparams(optax.adam)(learning_rate=1.0, eps=config.adam_eps)
+    _, groups = batch_layout(config, config.value_minibatches)
 
     def loss_fn(value_params: Any, mb: Batch) -> jax.Array:
         return losses.value_loss(networks.value(value_params, mb.obs), mb.target)
@@ -202,7 +245,7 @@ def make_critic_fitter(config: Config, networks: Networks) -> CriticFitter:
             (value_params, opt_state),
             key,
             config.value_epochs,
-            lambda k: minibatches(flat, k, config.value_minibatches),
+            lambda k: minibatches(flat, k, config.value_minibatches, groups),
         )
         return value_params, opt_state, loss.mean()
 

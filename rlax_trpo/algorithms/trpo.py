@@ -26,7 +26,12 @@ import jax.numpy as jnp
 from rlax_trpo import losses
 from rlax_trpo import trust_region as tr
 from rlax_trpo.algorithms.base import Algorithm
-from rlax_trpo.algorithms.common import flatten_batch, make_critic_batch, make_critic_fitter
+from rlax_trpo.algorithms.common import (
+    batch_layout,
+    flatten_batch,
+    make_critic_batch,
+    make_critic_fitter,
+)
 from rlax_trpo.config import Config, HParams
 from rlax_trpo.networks import Networks
 from rlax_trpo.types import Batch, Metrics, Params
@@ -60,6 +65,7 @@ def fisher_subsample(obs: jax.Array, fraction: float) -> jax.Array:
 
 def _make_trust_region_method(config: Config, networks: Networks, line_search: bool) -> Algorithm:
     critic = make_critic_fitter(config, networks)
+    env_major, _ = batch_layout(config, config.value_minibatches)
 
     def init(params: Params, hp: HParams) -> TRPOState:
         return TRPOState(critic.init(params.value))
@@ -120,7 +126,7 @@ def _make_trust_region_method(config: Config, networks: Networks, line_search: b
         return new_policy, metrics
 
     def update(params: Params, state: TRPOState, batch: Batch, hp: HParams, key: jax.Array):
-        flat = flatten_batch(batch)
+        flat = flatten_batch(batch, env_major)
         policy, metrics = policy_step(params.policy, flat, hp)
         value, value_opt_state, value_loss = critic.fit(
             params.value, state.value_opt_state, flat, hp, key

@@ -21,6 +21,7 @@ from rlax_trpo.algorithms.base import Algorithm
 from rlax_trpo.algorithms.common import (
     adam_step,
     anneal,
+    batch_layout,
     flatten_batch,
     make_critic_batch,
     make_critic_fitter,
@@ -41,6 +42,7 @@ class VPGState(NamedTuple):
 def make_vpg(config: Config, networks: Networks) -> Algorithm:
     optimizer = make_optimizer(config)
     critic = make_critic_fitter(config, networks)
+    env_major, _ = batch_layout(config, config.value_minibatches)
 
     def init(params: Params, hp: HParams) -> VPGState:
         return VPGState(
@@ -56,7 +58,7 @@ def make_vpg(config: Config, networks: Networks) -> Algorithm:
         return pg_loss - hp.ent_coef * entropy, {"policy/loss": pg_loss, "policy/entropy": entropy}
 
     def update(params: Params, state: VPGState, batch: Batch, hp: HParams, key: jax.Array):
-        flat = flatten_batch(batch)
+        flat = flatten_batch(batch, env_major)
         adv = losses.normalize(flat.advantage) if config.normalize_advantages else flat.advantage
         grads, metrics = jax.grad(loss_fn, has_aux=True)(params.policy, flat, adv, hp)
         lr = anneal(config, hp.learning_rate, state.updates)

@@ -1,0 +1,116 @@
+"""Two processes on localhost (`jax.distributed`, gloo CPU collectives), 2 CPU devices each:
+a 4-member population sharded over the 4 devices trains as a single process does, process 0
+writes the run folder, and an interrupted run resumes across processes."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--no-progress", "--seeds", "4", "num_envs=4", "num_steps=16", "total_env_steps=256",
+        "num_epochs=1", "num_minibatches=2", "eval_episodes=2"]  # fmt: skip
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gloo on Linux")
+
+
+def _env(devices: int) -> dict:
+    return {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+            "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}  # fmt: skip
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _start_pair(argv: list[str]) -> list[subprocess.Popen]:
+    address = f"localhost:{_free_port()}"
+    return [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "train.py",
+                "--coordinator-address",
+                address,
+                "--num-processes",
+                "2",
+                "--process-id",
+                str(i),
+                *argv,
+            ],  # fmt: skip
+            cwd=ROOT,
+            env=_env(2),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for i in range(2)
+    ]
+
+
+def _wait(procs: list[subprocess.Popen], timeout: float = 240) -> list[tuple[int, str, str]]:
+    outs = []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        outs.append((p.returncode, out, err))
+    return outs
+
+
+def _summary(run: Path) -> dict:
+    return json.loads((run / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    out = tmp_path_factory.mktemp("single") / "run"
+    proc = subprocess.run([sys.executable, "train.py", *TINY, "--out", str(out)], cwd=ROOT,
+                          env=_env(4), capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
+def test_two_processes_train_like_one(single, tmp_path):
+    out = tmp_path / "run"
+    results = _wait(_start_pair([*TINY, "--out", str(out)]))
+    for code, _, err in results:
+        assert code == 0, err[-3000:]
+    assert "final return" in results[0][1] and "final return" not in results[1][1]
+    s2, s1 = _summary(out), _summary(single)
+    assert s2["num_processes"] == 2 and s2["num_devices"] == 4 and s1["num_devices"] == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no temporary folder left
+    np.testing.assert_allclose(s2["final_return_per_seed"], s1["final_return_per_seed"])
+    np.testing.assert_allclose(s2["eval_return_mean"], s1["eval_return_mean"])
+
+
+def test_interrupted_two_process_run_resumes(single, tmp_path):
+    out = tmp_path / "run"
+    procs = _start_pair([*TINY, "--chunk-iterations", "1", "--out", str(out)])
+    time.sleep(2.0)  # both are importing or compiling (>= 10 s): they stop after chunk 1
+    deadline = time.time() + 60
+    while not (out / "config.yaml").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for code, _, err in _wait(procs):
+        assert code == 128 + signal.SIGTERM, err[-3000:]
+    meta = json.loads((out / "checkpoint" / "iter_000001" / "meta.json").read_text())
+    assert meta["iterations_done"] == 1
+    for code, _, err in _wait(_start_pair(["--resume", str(out), "--no-progress"])):
+        assert code == 0, err[-3000:]
+    s, s1 = _summary(out), _summary(single)
+    assert s["iterations_done"] == s1["iterations_done"] == 4
+    np.testing.assert_allclose(s["final_return_per_seed"], s1["final_return_per_seed"])
