@@ -102,9 +102,9 @@ def run_main(argv: list[str]) -> int:
 
 
 def _report(result) -> int:
-    from rlax_trpo.report import format_outcome
-
     import jax
+
+    from rlax_trpo.report import format_outcome
 
     out, err, code = format_outcome(result)
     if jax.process_index() == 0:  # in a multi-process run, process 0 speaks for all

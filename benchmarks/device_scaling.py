@@ -72,8 +72,9 @@ def main() -> None:
                     runs[v].append(row)
                     print(json.dumps({"program": name, "variant": v, **row}), file=sys.stderr)
             best = {v: max(x["env_steps_per_second"] for x in rows) for v, rows in runs.items()}
+            command = ["python train.py", *PROGRAMS[name], "--seeds", str(args.seeds)]
             results[name] = {
-                "command": "python train.py " + " ".join([*PROGRAMS[name], "--seeds", str(args.seeds)]),
+                "command": " ".join(command),
                 "best_env_steps_per_second": best,
                 "speedup_all_cores_vs_one_device": round(best["all_cores"] / best["one_device"], 2),
                 "runs": runs,

@@ -31,10 +31,21 @@ ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = {
     "ppo": ["total_env_steps=8192"],
     "trpo": ["--config", "configs/trpo_cartpole.yaml", "total_env_steps=8192"],
-    "grpo": ["--config", "configs/grpo_cartpole.yaml", "num_envs=16", "num_steps=200",
-             "total_env_steps=12800"],  # fmt: skip
-    "lm": ["--config", "configs/grpo_lm_max_digit.yaml", "num_iterations=4", "eval_every=2",
-           "eval_size=64", "num_prompts=8"],  # fmt: skip
+    "grpo": [
+        "--config",
+        "configs/grpo_cartpole.yaml",
+        "num_envs=16",
+        "num_steps=200",
+        "total_env_steps=12800",
+    ],  # fmt: skip
+    "lm": [
+        "--config",
+        "configs/grpo_lm_max_digit.yaml",
+        "num_iterations=4",
+        "eval_every=2",
+        "eval_size=64",
+        "num_prompts=8",
+    ],  # fmt: skip
 }
 
 
