@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """TRPO on CartPole-v1: this library (one jitted scan) against sb3-contrib (PyTorch), same run.
 
-    python benchmarks/trpo_vs_sb3.py [--steps 100000] [--seeds 16] [--no-sb3] [--json out.json]
+    python benchmarks/trpo_vs_sb3.py [--steps 100000] [--seeds 8] [--no-sb3] [--json out.json]
 
 Both use the RL Zoo CartPole configuration as configs/trpo_cartpole.yaml writes it: 2 envs x
 512 steps, 100k steps, gamma 0.99, lambda 0.98, max KL 0.01, CG damping 0.1, 15 CG
@@ -10,16 +10,20 @@ fitted by 20 epochs of minibatch 128 with Adam lr 1e-3, advantages normalised.
 
 Printed: env steps/s of each (ours: compile excluded and reported apart), their ratio, the
 return each reaches (mean training-episode return at the end of training, and a greedy /
-deterministic evaluation of 10 episodes), then 16 seeds of ours vmapped in one call.
+deterministic evaluation of 10 episodes), then `--seeds` seeds of ours through `train.py`'s
+path (`rlax_trpo.run`: the population sharded over one CPU device per core), against sb3
+with torch using as many threads as there are cores (`--torch-threads`).
 sb3-contrib is the `compare` extra: `pip install -e ".[compare]"`.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -30,7 +34,7 @@ setup_cpu()  # before JAX starts: one CPU device per core (rlax_trpo/platform.py
 import jax
 import numpy as np
 
-from rlax_trpo import load_config, make_trainer
+from rlax_trpo import load_config, make_trainer, run
 from rlax_trpo.evaluate import make_evaluate
 from rlax_trpo.stats import final_returns, to_numpy
 
@@ -67,11 +71,30 @@ def run_ours(steps: int, seeds: int, seed: int = 0) -> dict:
     }
 
 
+def run_ours_all_cores(steps: int, seeds: int) -> dict:
+    """`train.py --config configs/trpo_cartpole.yaml --seeds N`, in process (all cores)."""
+    import tempfile
+
+    config = load_config(ROOT / "configs" / "trpo_cartpole.yaml", [f"total_env_steps={steps}"])
+    with tempfile.TemporaryDirectory() as tmp:
+        s = run(config, seeds=seeds, out=Path(tmp) / "run", progress=False).summary
+    return {
+        "seeds": seeds,
+        "num_devices": s["num_devices"],
+        "env_steps_per_seed": s["total_env_steps"],
+        "wall_seconds": s["wall_seconds"],
+        "compile_seconds": s["compile_seconds"],
+        "env_steps_per_second": s["env_steps_per_second"],
+        "final_return_per_seed": s["final_return_per_seed"],
+        "final_return_mean": s["final_return_mean"],
+        "eval_return_mean": s["eval_return_mean"],
+    }
+
+
 def run_sb3(steps: int, seed: int = 0, threads: int = 1) -> dict:
     import torch
 
-    # One thread: SB3's advice for small MLPs on CPU; with more, torch's worker threads spin
-    # against each other and against other processes on a small shared machine.
+    # SB3 advises one thread for small MLPs on CPU; the all-cores comparison gives it all.
     torch.set_num_threads(threads)
     from sb3_contrib import TRPO
     from stable_baselines3.common.env_util import make_vec_env
@@ -121,9 +144,14 @@ def run_sb3(steps: int, seed: int = 0, threads: int = 1) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=100_000)
-    p.add_argument("--seeds", type=int, default=16, help="seeds of ours vmapped in one call")
+    p.add_argument("--seeds", type=int, default=8, help="seeds of ours, sharded over all cores")
     p.add_argument("--no-sb3", action="store_true", help="skip sb3-contrib")
-    p.add_argument("--torch-threads", type=int, default=1, help="torch CPU threads (default 1)")
+    p.add_argument(
+        "--torch-threads",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="torch CPU threads (default: one per core)",
+    )
     p.add_argument("--json", type=Path, help="also write the results here")
     args = p.parse_args()
 
@@ -155,11 +183,12 @@ def main() -> None:
         )
         print(f"speed ratio (1 seed vs 1 agent): {ratio:.1f}x")
     if args.seeds > 1:
-        many = run_ours(args.steps, args.seeds, seed=1)
+        many = run_ours_all_cores(args.steps, args.seeds)
         results[f"ours_{args.seeds}_seeds"] = many
         finals = np.asarray(many["final_return_per_seed"])
         print(
-            f"rlax_trpo TRPO, {args.seeds} seeds vmapped: {many['env_steps_per_second']:,.0f} "
+            f"rlax_trpo TRPO, {args.seeds} seeds on {many['num_devices']} devices: "
+            f"{many['env_steps_per_second']:,.0f} "
             f"env steps/s in total ({many['wall_seconds']:.2f} s + "
             f"{many['compile_seconds']:.1f} s compile); final return "
             f"{np.nanmean(finals):.1f} +- {np.nanstd(finals):.1f} "
@@ -169,8 +198,11 @@ def main() -> None:
         if "sb3_contrib" in results:
             r = many["env_steps_per_second"] / results["sb3_contrib"]["env_steps_per_second"]
             results[f"speedup_{args.seeds}_seeds"] = r
-            print(f"speed ratio ({args.seeds} vmapped seeds vs 1 sb3 agent): {r:.1f}x")
+            print(f"speed ratio ({args.seeds} seeds on all cores vs 1 sb3 agent): {r:.1f}x")
+    results.update(date=datetime.date.today().isoformat(), jax=jax.__version__,
+                   command="python " + " ".join(sys.argv))  # fmt: skip
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2) + "\n")
 
 

@@ -146,6 +146,19 @@ MUTANTS = [
     M("final-return-window", "rlax_trpo/stats.py",
       "start = iters - max(1, math.ceil(iters * last_fraction))", "start = 0",
       ("tests/test_cli.py", "-k", "run_folder")),
+    M("cg-unbatched-initial-guess", "rlax_trpo/trust_region.py",
+      "cg(matvec, b, x0=x0, tol=tol, maxiter=maxiter)", "cg(matvec, b, tol=tol, maxiter=maxiter)",
+      ("tests/test_trpo.py", "-k", "learns_and")),
+    M("lapack-orthogonal-init", "rlax_trpo/networks.py",
+      "kernel_init=orthogonal(gain)", "kernel_init=nn.initializers.orthogonal(gain)",
+      ("tests/test_initializers.py", "-k", "no_lapack")),
+    M("per-env-shuffle-is-global", "rlax_trpo/algorithms/common.py",
+      "    if groups == 1:\n        perm", "    if True:\n        perm",
+      ("tests/test_devices.py", "-k", "gathers_nothing")),
+    M("one-cpu-device", "rlax_trpo/platform.py",
+      "devices = forced if forced is not None else usable_cores()",
+      "devices = forced if forced is not None else 1",
+      ("tests/test_platform.py", "-k", "per_core")),
 ]  # fmt: skip
 
 
