@@ -141,6 +141,11 @@ def run_sb3(steps: int, seed: int = 0, threads: int = 1) -> dict:
     }
 
 
+def _plain(x):
+    """numpy arrays and scalars as JSON lists and numbers."""
+    return x.tolist() if hasattr(x, "tolist") else str(x)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=100_000)
@@ -203,7 +208,7 @@ def main() -> None:
                    command="python " + " ".join(sys.argv))  # fmt: skip
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        args.json.write_text(json.dumps(results, indent=2, default=_plain) + "\n")
 
 
 if __name__ == "__main__":
