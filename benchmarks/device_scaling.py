@@ -15,14 +15,14 @@ invocation. `--threefry` adds the default command with jax's own rolled threefry
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from _publish import publish
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,20 +79,7 @@ def main() -> None:
                 "speedup_all_cores_vs_one_device": round(best["all_cores"] / best["one_device"], 2),
                 "runs": runs,
             }
-    import jax
-
-    out = {
-        "benchmark": "device_scaling",
-        "date": datetime.date.today().isoformat(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-        "jax": jax.__version__,
-        "command": "python " + " ".join(sys.argv),
-        "results": results,
-    }
-    print(json.dumps(out, indent=1))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, indent=1) + "\n")
+    publish("device_scaling", {"results": results}, args.json)
 
 
 if __name__ == "__main__":

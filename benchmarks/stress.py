@@ -14,10 +14,8 @@ failure is reported with its exit status. Prints one JSON object and writes it t
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -25,6 +23,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _publish import publish
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,23 +98,16 @@ def main() -> None:
                     row = run_one(name, d, args.timeout, Path(tmp) / f"{name}_{d}_{r}")
                     print(json.dumps(row), file=sys.stderr, flush=True)
                     rows.append(row)
-    import jax
-
-    result = {
-        "benchmark": "stress",
-        "date": datetime.date.today().isoformat(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-        "jax": jax.__version__,
-        "command": "python " + " ".join(sys.argv),
-        "runs": len(rows),
-        "hangs": sum(r["status"] == "hung" for r in rows),
-        "failures": sum(r["status"].startswith("failed") for r in rows),
-        "rows": rows,
-    }
-    print(json.dumps(result, indent=1))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    publish(
+        "stress",
+        {
+            "runs": len(rows),
+            "hangs": sum(r["status"] == "hung" for r in rows),
+            "failures": sum(r["status"].startswith("failed") for r in rows),
+            "rows": rows,
+        },
+        args.json,
+    )
 
 
 if __name__ == "__main__":
