@@ -152,16 +152,22 @@ HLO_SCRIPT = textwrap.dedent("""
     out = {}
     for algo in ("ppo", "trpo"):
         for shuffle in ("batch", "per_env"):
-            raw = {**DEFAULT_CONFIG, "algorithm": algo, "num_envs": 8, "num_steps": 32,
+            raw = {**DEFAULT_CONFIG, "algorithm": algo, "num_envs": 16, "num_steps": 32,
                    "shuffle": shuffle, "num_minibatches": 4, "value_minibatches": 4}
             if algo == "trpo":
                 raw = {k: v for k, v in raw.items() if k not in ("num_epochs", "num_minibatches")}
                 raw["hp"] = {}
             for d in (2, 4):
                 text = compiled_text(raw, d)
+                kinds = "all-gather|all-reduce|all-to-all|collective-permute"
+                ops = re.findall(r"= ([^=\\n]*?) (" + kinds + r")[(]", text)
                 out[f"{algo}/{shuffle}/{d}"] = {
-                    "all_gather": len(re.findall(r" all-gather[(]", text)),
-                    "all_reduce": len(re.findall(r" all-reduce[(]", text)),
+                    "all_gather": sum(op == "all-gather" for _, op in ops),
+                    "all_reduce": sum(op == "all-reduce" for _, op in ops),
+                    # the longest axis any collective moves (parameters: 64 at most)
+                    "longest_axis": max((int(n) for shape, _ in ops
+                                         for dims in re.findall(r"\\[([\\d,]*)\\]", shape)
+                                         for n in dims.split(",") if n), default=0),
                 }
     print(json.dumps(out))
 """)
@@ -181,3 +187,6 @@ def test_data_parallel_update_gathers_nothing():
             assert counts[f"{algo}/batch/{d}"]["all_gather"] > 0, counts
             assert counts[f"{algo}/per_env/{d}"]["all_gather"] == 0, counts
             assert counts[f"{algo}/per_env/{d}"]["all_reduce"] > 0, counts
+            # nothing batch-sized crosses devices (512 samples, 128-256 per device), not even
+            # as an all-reduce (a global shuffle of the env-major batch reduces its indices)
+            assert counts[f"{algo}/per_env/{d}"]["longest_axis"] < 128, counts
