@@ -244,7 +244,7 @@ BAD = [
     (["--sweep", "hp.gamma=0.9,0.9"], "repeated value"),
     (["--chunk-iterations", "0"], "--chunk-iterations: must be a positive integer"),
     (["--devices", "0"], "--devices: must be a positive integer"),
-    (["--devices", "2"], "--devices: 2 is not between 1 and the 1 device(s) available"),
+    (["--devices", "64"], "--devices: 64 is not between 1 and the"),
     (["--resume", "no/such/run"], "--resume: 'no/such/run' is not a run folder"),
     (["--shard", "rows"], "argument --shard: invalid choice"),
     (["eval", "--run", "no/such/run"], "--run: 'no/such/run' is not a run folder"),
