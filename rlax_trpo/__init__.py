@@ -28,6 +28,8 @@ _EXPORTS = {
     "register_suite": "rlax_trpo.envs",
     "ConfigError": "rlax_trpo.errors",
     "Networks": "rlax_trpo.networks",
+    "Policy": "rlax_trpo.policy",
+    "load_policy": "rlax_trpo.policy",
     "make_networks": "rlax_trpo.networks",
     "Trainer": "rlax_trpo.training",
     "make_train": "rlax_trpo.training",
@@ -61,5 +63,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs
     from rlax_trpo.errors import ConfigError  # noqa: F401
     from rlax_trpo.experiment import RunResult, run  # noqa: F401
     from rlax_trpo.networks import Networks, make_networks  # noqa: F401
+    from rlax_trpo.policy import Policy, load_policy  # noqa: F401
     from rlax_trpo.training import Trainer, make_train, make_trainer  # noqa: F401
     from rlax_trpo.types import Batch, Params, TrainState, Trajectory  # noqa: F401

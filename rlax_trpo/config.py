@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from rlax_trpo.defaults import find_config
 from rlax_trpo.errors import ConfigError
 
 
@@ -306,10 +307,9 @@ def _maybe_number(text: str) -> Any:
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping; missing or malformed files raise a one-line ConfigError."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} does not exist")
+    """Read a YAML mapping from a file or a bundled config's name; a missing or malformed one
+    raises a one-line ConfigError."""
+    path = find_config(path)
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
@@ -340,7 +340,7 @@ def config_from_dict(raw: dict[str, Any]) -> Any:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Config from a YAML file (or the defaults) plus `key=value` overrides, validated."""
+    """Config from a YAML file or bundled name (or defaults) + `key=value` overrides, checked."""
     raw = read_yaml(path) if path is not None else {}
     raw = merge_overrides(raw, parse_overrides(overrides or []))
     config = Config.create(**raw)

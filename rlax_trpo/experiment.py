@@ -15,8 +15,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import shutil
-import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -25,11 +23,11 @@ import jax
 import numpy as np
 import yaml
 
-from rlax_trpo import checkpoint, parallel, report, stats
+from rlax_trpo import checkpoint, loggers, parallel, report, stats
 from rlax_trpo import sweep as sweeplib
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.program import make_program
-from rlax_trpo.progress import ProgressBar, TensorBoardWriter
+from rlax_trpo.progress import ProgressBar, StopRequest
 
 
 class _Plan(NamedTuple):  # a run's checked inputs
@@ -44,6 +42,8 @@ class _Plan(NamedTuple):  # a run's checked inputs
     shard: str
     progress: bool
     tensorboard: bool
+    wandb: dict[str, Any] | None
+    log_every: int | None
 
 
 class RunResult(NamedTuple):
@@ -56,34 +56,6 @@ class RunResult(NamedTuple):
     metrics: dict[str, np.ndarray]
     state: Any
     signal: int | None = None
-
-
-class _StopRequest:
-    """SIGINT/SIGTERM handlers that only set a flag, checked between chunks.
-
-    The first signal asks the run to stop after the current chunk and its checkpoint; the
-    default handlers are restored at once, so a second signal stops the process immediately.
-    """
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self.previous: dict[int, Any] = {}
-
-    def __enter__(self) -> _StopRequest:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self.previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.signum = signum
-        self.__exit__()
-        name = signal.Signals(signum).name
-        print(f"\n{name} received: stopping after the current chunk and its checkpoint (send it "
-              "again to stop now)", file=sys.stderr, flush=True)  # fmt: skip
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
 
 
 def run(
@@ -99,6 +71,8 @@ def run(
     shard: str = "population",
     progress: bool = True,
     tensorboard: bool = False,
+    wandb: dict[str, Any] | None = None,
+    log_every: int | None = None,
 ) -> RunResult:
     """Train a population and write its run folder; every input is checked before any write.
 
@@ -113,12 +87,19 @@ def run(
       resume: a run folder to continue from its last checkpoint.
       devices, shard: how many devices, and whether the population or each run's
         environments are split over them (`parallel`).
-      progress, tensorboard: a progress bar; TensorBoard event files after every chunk.
+      progress: a tqdm progress bar.
+      tensorboard, wandb, log_every: TensorBoard event files; Weights & Biases runs
+        (`{"project": ..., "name": ...}`); written every `log_every` iterations
+        (`rlax_trpo.loggers`).
 
     Raises:
       ConfigError: bad input (one line naming it); nothing has been written then.
     """
-    for flag, value in (("--seeds", seeds), ("--chunk-iterations", chunk_iterations)):
+    for flag, value in (
+        ("--seeds", seeds),
+        ("--chunk-iterations", chunk_iterations),
+        ("--log-every", log_every),
+    ):
         if value is not None and value < 1:
             raise ConfigError(f"{flag}: must be a positive integer (got {value})")
     if resume is not None:
@@ -135,35 +116,30 @@ def run(
     if resume is None and out is not None and out.exists():
         if not out.is_dir() or any(out.iterdir()):
             raise ConfigError(f"--out: {str(out)!r} exists and is not an empty directory")
-    if tensorboard:
-        try:
-            import tensorboardX  # noqa: F401
-        except ImportError:
-            raise ConfigError(
-                "--tensorboard: needs tensorboardX (pip install 'rlax_trpo[tensorboard]')"
-            ) from None
+    loggers.check_available(tensorboard, wandb)
     name = getattr(config, "env", None) or getattr(config, "task", "run")
     out = out or Path("runs") / f"{config.algorithm}_{name}_{dt.datetime.now():%Y%m%d-%H%M%S}"
     sweep, resuming = sweep or sweeplib.NO_SWEEP, resume is not None
     plan = _Plan(config, seeds or 1, seed or 0, sweep, out, chunk_iterations, resuming,
-                 devices, shard, progress, tensorboard)  # fmt: skip
+                 devices, shard, progress, tensorboard, wandb, log_every)  # fmt: skip
     # Chunked runs take SIGINT/SIGTERM from the start (compilation included).
     chunked = chunk_iterations is not None
-    with _StopRequest() if chunked else contextlib.nullcontext(_StopRequest()) as stop:
+    with StopRequest() if chunked else contextlib.nullcontext(StopRequest()) as stop:
         return _run(plan, stop)
 
 
-def _chunk_lengths(start: int, total: int, chunk: int, eval_every: int | None) -> list[int]:
+def _chunk_lengths(start: int, total: int, chunk: int, *every: int | None) -> list[int]:
     """The lengths of the compiled chunks from `start` to `total`: a chunk ends at every
-    checkpoint (multiples of `chunk`) and every periodic evaluation."""
+    checkpoint (multiples of `chunk`), periodic evaluation and log write (`every`)."""
     ends = set(range(chunk, total, chunk)) | {total}
-    if eval_every:
-        ends |= set(range(eval_every, total, eval_every))
+    for period in every:
+        if period:
+            ends |= set(range(period, total, period))
     ends = sorted(e for e in ends if e > start)
     return [b - a for a, b in zip([start, *ends[:-1]], ends, strict=True)]
 
 
-def _run(plan: _Plan, stop: _StopRequest) -> RunResult:
+def _run(plan: _Plan, stop: StopRequest) -> RunResult:
     config, seeds, sweep, out = plan.config, plan.seeds, plan.sweep, plan.out
     settings = sweep.settings or [{}]
     population = len(settings) * seeds
@@ -218,21 +194,31 @@ def _run(plan: _Plan, stop: _StopRequest) -> RunResult:
     # Chunked runs work in the run folder itself (so --resume finds it); others in a
     # temporary folder renamed at the end (a run folder is whole or absent).
     work = out if chunked else out.parent / f".{out.name}.tmp-{parallel.run_token()}"
-    tb = None
+    writers: list[Any] = []
     try:
         if main_proc:
             work.mkdir(parents=True, exist_ok=True)
             (work / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
-            if plan.tensorboard:
-                labels = [sweeplib.setting_label(s) for s in settings]
-                tb = TensorBoardWriter(work / "tensorboard", labels)
+            writers = loggers.open_writers(
+                work,
+                out.name,
+                config.to_dict(),
+                settings,
+                seeds,
+                plan.seed,
+                plan.tensorboard,
+                plan.wandb,
+            )
             print(
                 f"compiling {config.algorithm} on {program.name} for {population} member(s) ...",
                 end="",
                 flush=True,
             )
         t0 = time.perf_counter()
-        lengths = _chunk_lengths(start, total, chunk, program.eval_every)
+        log_every = plan.log_every
+        if (plan.tensorboard or plan.wandb) and not (log_every or chunked):
+            log_every = loggers.default_log_every(total)
+        lengths = _chunk_lengths(start, total, chunk, program.eval_every, log_every)
         if not plan.resuming:
             init_compiled = init_fn.lower(key_data, hps).compile()
         compiled = {k: run_fn.lower(placed, hps, k).compile() for k in set(lengths)}
@@ -270,8 +256,8 @@ def _run(plan: _Plan, stop: _StopRequest) -> RunResult:
                 column[:, -1] = scores.mean(axis=-1)
                 chunk_metrics[program.eval_metric] = column
             history.append(chunk_metrics)
-            if tb is not None:
-                tb.write(chunk_metrics, done - k, program.steps_per_iteration)
+            for writer in writers:
+                writer.write(chunk_metrics, done - k, program.steps_per_iteration)
             if (chunked and done % chunk == 0) or done == total:
                 history = [stats.concatenate_chunks(history)]
                 checkpoint.save_step(
@@ -321,6 +307,7 @@ def _run(plan: _Plan, stop: _StopRequest) -> RunResult:
         diverged = report.divergence(metrics, getattr(host_state, "diverged_at", None), seeds)
         if diverged is not None:
             summary["diverged"] = diverged
+        _close(writers)
         if main_proc:
             report.write_run_files(
                 work, metrics, summary, sweep, program.steps_per_iteration, program.curve
@@ -331,12 +318,16 @@ def _run(plan: _Plan, stop: _StopRequest) -> RunResult:
                 work.rename(out)
     finally:
         bar.close()
-        if tb is not None:
-            tb.close()
+        _close(writers)
         if main_proc and work != out and work.exists():  # process 0 owns the folder
             shutil.rmtree(work, ignore_errors=True)
     status = "diverged" if "diverged" in summary else "complete"
     return RunResult(out, status, summary, metrics, host_state)
+
+
+def _close(writers: list[Any]) -> None:
+    while writers:  # each closes once, also when a later step raises
+        writers.pop().close()
 
 
 def _diverged(metrics: dict[str, np.ndarray], state: Any) -> bool:

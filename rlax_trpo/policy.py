@@ -1,4 +1,5 @@
-"""Saved runs: restore a run folder's population and evaluate it (`train.py eval`).
+"""Saved runs: restore a run folder, act with a trained member (`load_policy`), evaluate the
+population (`rlax-trpo eval`).
 
 Host-side; this module is a call site (it applies `jax.jit`).
 """
@@ -20,78 +21,171 @@ from rlax_trpo.program import make_program
 from rlax_trpo.training import make_trainer
 
 
+class SavedRun:
+    """A run folder's latest checkpoint, restored once: its config, meta, sweep settings and
+    the population state (host arrays). `policy(member)` is one trained member."""
+
+    def __init__(self, run_dir: str | Path):
+        run_dir = Path(run_dir)
+        if not (run_dir / "checkpoint").is_dir():
+            raise ConfigError(f"--run: {str(run_dir)!r} is not a run folder")
+        ckpt = run_dir / "checkpoint"
+        self.run_dir = run_dir
+        self.config = checkpoint.load_config(ckpt)
+        meta = checkpoint.read_meta(ckpt)
+        self.sweep = sweeplib.Sweep.from_dict(meta.get("sweep", {}))
+        self.settings = self.sweep.settings or [{}]
+        self.seeds = int(meta.get("seeds", meta.get("population", 1)))
+        self.seed = int(meta.get("seed", 0))
+        self.program = make_program(self.config)
+        hps = sweeplib.population_hparams(self.program.hparams, self.sweep, self.seeds)
+        key_data = sweeplib.population_key_data(0, self.seeds, len(self.settings))
+        abstract = jax.eval_shape(
+            lambda kd, hp: jax.vmap(self.program.init)(jax.random.wrap_key_data(kd), hp),
+            key_data,
+            hps,
+        )
+        self.state, _, self.meta = checkpoint.restore_step(ckpt, abstract)
+        self.trainer = make_trainer(self.config) if isinstance(self.config, Config) else None
+        self._compiled: dict[tuple, Any] = {}  # shared by this run's policies
+
+    @property
+    def population(self) -> int:
+        return len(self.settings) * self.seeds
+
+    def member_keys(self, seed: int) -> np.ndarray:
+        """Raw evaluation key data `[population, ...]` drawn from `seed` as a run does."""
+        return sweeplib.population_key_data(seed, self.seeds, len(self.settings))
+
+    def policy(self, member: int = 0) -> Policy:
+        if not 0 <= member < self.population:
+            raise ConfigError(f"member: must be between 0 and {self.population - 1} (got {member})")
+        if self.trainer is None:
+            raise ConfigError("load_policy: language-model runs have no control policy")
+        return Policy(self, member)
+
+    def compiled(self, what: tuple, build: Any) -> Any:
+        if what not in self._compiled:
+            self._compiled[what] = jax.jit(build())
+        return self._compiled[what]
+
+
+class Policy:
+    """One trained member of a saved run (`load_policy`).
+
+    `act(obs, key, deterministic=True)` is a pure, jittable function of an observation (or
+    a batch of them): the mode of the policy's distribution, or a sample drawn with `key`,
+    after the run's frozen observation normalisation. `evaluate()` plays whole episodes.
+    """
+
+    def __init__(self, run: SavedRun, member: int):
+        self.run, self.member, self.config = run, member, run.config
+        self.state = jax.tree.map(lambda x: x[member], run.state)
+        self.env, self.networks = run.trainer.env, run.trainer.networks
+        self.setting = run.settings[member // run.seeds]
+
+    def act(self, obs: Any, key: jax.Array | None = None, deterministic: bool = True) -> Any:
+        if self.config.normalize_obs:
+            obs = self.state.obs_stats.normalize(obs)
+        dist = self.networks.policy(self.state.params.policy, obs)
+        if deterministic:
+            return dist.mode()
+        if key is None:
+            raise ValueError("act: sampling (deterministic=False) needs a key")
+        return dist.sample(seed=key)
+
+    def evaluate(
+        self,
+        episodes: int | None = None,
+        key: jax.Array | None = None,
+        deterministic: bool = True,
+        max_steps: int | None = None,
+    ) -> np.ndarray:
+        """Returns of `episodes` episodes (default: the run's `eval_episodes`), one per
+        parallel environment. The default key is the one the run evaluated this member
+        with, so `evaluate()` reproduces `summary.json`'s greedy evaluation of it."""
+        episodes = episodes or self.config.eval_episodes
+        if key is None:
+            key = jax.random.wrap_key_data(self.run.member_keys(self.run.seed + 1)[self.member])
+        what = ("evaluate", episodes, deterministic, max_steps)
+        fn = self.run.compiled(what, lambda: make_evaluate(
+            self.config, self.env, self.networks, episodes, deterministic, max_steps
+        ))  # fmt: skip
+        return np.asarray(fn(self.state, key))
+
+    def episode(self, key: jax.Array, max_steps: int | None = None) -> Any:
+        """One greedy episode with its env states (`evaluate.Episode`, host arrays)."""
+        fn = self.run.compiled(("episode", max_steps), lambda: make_episode(
+            self.config, self.env, self.networks, True, max_steps
+        ))  # fmt: skip
+        return jax.tree.map(np.asarray, fn(self.state, key))
+
+
+def load_policy(run_dir: str | Path, member: int = 0) -> Policy:
+    """Member `member` (setting `member // seeds`, seed `member % seeds`) of the run folder
+    `run_dir`, restored from its latest checkpoint:
+
+        policy = rlax_trpo.load_policy("runs/ppo8", member=0)
+        action = jax.jit(policy.act)(obs, key)      # greedy by default
+        policy.evaluate()                          # the run's own greedy evaluation
+    """
+    return SavedRun(run_dir).policy(member)
+
+
 class RunEvaluation(NamedTuple):
     """Returns `[population, episodes]` of a saved run, greedy and (for control runs)
     sampling; for a language-model run, the greedy held-out accuracy `[population, 1]`."""
 
-    config: Any
-    meta: dict
-    settings: list
-    seeds: int
+    run: SavedRun
     greedy: np.ndarray
     sampling: np.ndarray | None
-    state: Any  # the restored population state (host arrays)
-    trainer: Any  # control runs: the `Trainer` (env, networks); None otherwise
+
+    @property
+    def settings(self) -> list:
+        return self.run.settings
+
+    @property
+    def seeds(self) -> int:
+        return self.run.seeds
 
 
 def evaluate_run(
     run_dir: str | Path, episodes: int = 10, seed: int = 1234, max_steps: int | None = None
 ) -> RunEvaluation:
-    """Restore the latest checkpoint of a run folder and evaluate every member in one
-    compiled call: `episodes` greedy and sampling episodes each (control runs), or the
-    greedy held-out accuracy (language-model runs)."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise ConfigError(f"--run: {str(run_dir)!r} is not a run folder")
-    ckpt = run_dir / "checkpoint"
-    meta = checkpoint.read_meta(ckpt)
-    config = checkpoint.load_config(ckpt)
-    sweep = sweeplib.Sweep.from_dict(meta.get("sweep", {}))
-    settings = sweep.settings or [{}]
-    seeds = int(meta.get("seeds", meta.get("population", 1)))
-    program = make_program(config)
-    hps = sweeplib.population_hparams(program.hparams, sweep, seeds)
-    key_data = sweeplib.population_key_data(0, seeds, len(settings))
-    abstract = jax.eval_shape(
-        lambda kd, hp: jax.vmap(program.init)(jax.random.wrap_key_data(kd), hp), key_data, hps
-    )
-    state, _, meta = checkpoint.restore_step(ckpt, abstract)
-    keys = sweeplib.population_key_data(seed, seeds, len(settings))
-    if not isinstance(config, Config):
-        greedy = jax.jit(jax.vmap(program.evaluate))(state, jax.random.wrap_key_data(keys))
-        return RunEvaluation(config, meta, settings, seeds, np.asarray(greedy), None, state, None)
-    trainer = make_trainer(config)
-
-    def both(s, kd):
-        ks = jax.random.wrap_key_data(kd)
-        env, nets = trainer.env, trainer.networks
-        greedy = make_evaluate(config, env, nets, episodes, True, max_steps)
-        sampling = make_evaluate(config, env, nets, episodes, False, max_steps)
-        return jax.vmap(greedy)(s, ks), jax.vmap(sampling)(s, ks)
-
-    greedy, sampling = (np.asarray(x) for x in jax.jit(both)(state, keys))
-    return RunEvaluation(config, meta, settings, seeds, greedy, sampling, state, trainer)
+    """Evaluate every member of a run folder: `episodes` greedy and sampling episodes each
+    through its `Policy` (control runs), or the greedy held-out accuracy (language-model
+    runs, in one compiled call)."""
+    run = SavedRun(run_dir)
+    keys = run.member_keys(seed)
+    if run.trainer is None:
+        fn = jax.jit(jax.vmap(run.program.evaluate))
+        greedy = fn(run.state, jax.random.wrap_key_data(keys))
+        return RunEvaluation(run, np.asarray(greedy), None)
+    greedy, sampling = [], []
+    for member in range(run.population):
+        policy, key = run.policy(member), jax.random.wrap_key_data(keys[member])
+        greedy.append(policy.evaluate(episodes, key, True, max_steps))
+        sampling.append(policy.evaluate(episodes, key, False, max_steps))
+    return RunEvaluation(run, np.stack(greedy), np.stack(sampling))
 
 
 def render_member(
     ev: RunEvaluation, member: int, path: str | Path, seed: int, max_steps: int | None = None
 ) -> int:
     """Record one greedy episode of population member `member` and render it to `path`."""
-    if ev.trainer is None:
+    if ev.run.trainer is None:
         raise ConfigError("--gif: only runs in an environment can be rendered")
-    one = jax.tree.map(lambda x: x[member], ev.state)
-    env, nets = ev.trainer.env, ev.trainer.networks
-    episode = jax.jit(make_episode(ev.config, env, nets, True, max_steps))(
-        one, jax.random.key(seed)
-    )
-    return render_gif(env, jax.tree.map(np.asarray, episode), path)
+    policy = ev.run.policy(member)
+    episode = policy.episode(jax.random.key(seed), max_steps)
+    return render_gif(policy.env, episode, path)
 
 
 def format_evaluation(ev: RunEvaluation, run_dir: str | Path) -> str:
     """The lines `train.py eval` prints: greedy (and sampling) results per setting."""
-    what = getattr(ev.config, "env", None) or f"lm/{ev.config.task}"
-    head = f"{ev.config.algorithm} on {what}: {run_dir} (iteration {ev.meta['iterations_done']}"
-    head += f" of {ev.meta['num_iterations']}), "
+    config, meta = ev.run.config, ev.run.meta
+    what = getattr(config, "env", None) or f"lm/{config.task}"
+    head = f"{config.algorithm} on {what}: {run_dir} (iteration {meta['iterations_done']}"
+    head += f" of {meta['num_iterations']}), "
     if ev.sampling is None:
         acc = ev.greedy[:, 0]
         per_seed = ", ".join(f"{a:.3f}" for a in acc)

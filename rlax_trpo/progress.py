@@ -1,13 +1,13 @@
-"""Live reporting while a run goes: a tqdm progress bar fed from inside the compiled run, and
-optional TensorBoard event files written after every chunk.
+"""While a run goes: a tqdm progress bar fed from inside the compiled run, and the signal
+handler that stops a chunked run between chunks (the loggers that write event files and
+W&B runs between chunks are in `rlax_trpo.loggers`).
 """
 
 from __future__ import annotations
 
 import math
-import warnings
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+import signal
+import sys
 from typing import Any
 
 import numpy as np
@@ -74,39 +74,29 @@ class ProgressBar:
             self.bar.close()
 
 
-class TensorBoardWriter:
-    """Optional TensorBoard event files beside the CSV (needs `tensorboardX`).
+class StopRequest:
+    """SIGINT/SIGTERM handlers that only set a flag, checked between chunks.
 
-    One log folder per sweep setting (`<run>/tensorboard/<setting>`); each scalar is the
-    mean over that setting's seeds, logged at the env step (per seed) of its iteration.
+    The first signal asks the run to stop after the current chunk and its checkpoint; the
+    default handlers are restored at once, so a second signal stops the process immediately.
     """
 
-    def __init__(self, logdir: Path, labels: Sequence[str]):
-        from tensorboardX import SummaryWriter
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.previous: dict[int, Any] = {}
 
-        self.writers = [SummaryWriter(str(Path(logdir) / _safe(label))) for label in labels]
+    def __enter__(self) -> StopRequest:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.previous[sig] = signal.signal(sig, self._handle)
+        return self
 
-    def write(
-        self, metrics: Mapping[str, np.ndarray], first_iteration: int, steps_per_iteration: int
-    ) -> None:
-        """Log iterations `first_iteration ...` of metrics `[settings x seeds, iters]`."""
-        for name, values in metrics.items():
-            per = values.reshape(len(self.writers), -1, values.shape[-1])
-            with np.errstate(invalid="ignore"), warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                means = np.nanmean(per, axis=1)
-            for writer, row in zip(self.writers, means, strict=True):
-                for i, v in enumerate(row):
-                    if math.isfinite(v):
-                        step = (first_iteration + i + 1) * steps_per_iteration
-                        writer.add_scalar(name, float(v), step)
-        for writer in self.writers:
-            writer.flush()
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.signum = signum
+        self.__exit__()
+        name = signal.Signals(signum).name
+        print(f"\n{name} received: stopping after the current chunk and its checkpoint (send it "
+              "again to stop now)", file=sys.stderr, flush=True)  # fmt: skip
 
-    def close(self) -> None:
-        for writer in self.writers:
-            writer.close()
-
-
-def _safe(label: str) -> str:
-    return "".join(c if c.isalnum() or c in "=.,-_" else "_" for c in label)
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)

@@ -113,6 +113,7 @@ def return_summary(
         "final_return_per_seed": mine,
         "eval_return_mean": float(evals.mean()),
         "eval_return_std": float(evals.mean(axis=1).std()),
+        "eval_return_per_seed": evals.mean(axis=1).tolist(),
         "eval_episodes_per_seed": int(evals.shape[1]),
     }
     if sweep.names:

@@ -158,7 +158,7 @@ def test_resume_of_a_finished_run_is_refused(uninterrupted, capsys):
     assert "already complete" in capsys.readouterr().err
 
 
-class _AlreadySignalled(experiment._StopRequest):
+class _AlreadySignalled(experiment.StopRequest):
     """As if SIGTERM had arrived before the first chunk finished."""
 
     def __enter__(self):
@@ -179,7 +179,7 @@ def test_an_interrupted_chunked_sweep_resumes_to_the_same_result(tmp_path, monke
     assert train.main([*TINY, *sweep, "--out", str(whole)]) == 0
     parts = tmp_path / "parts"
     with monkeypatch.context() as m:
-        m.setattr(experiment, "_StopRequest", _AlreadySignalled)
+        m.setattr(experiment, "StopRequest", _AlreadySignalled)
         code = train.main([*TINY, *sweep, *CHUNK, "--out", str(parts)])
     assert code == 128 + signal.SIGTERM
     assert checkpoint.read_meta(parts / "checkpoint")["iterations_done"] == 2

@@ -1,0 +1,198 @@
+"""The command line: `rlax-trpo train | eval | configs` (and `python train.py` in a checkout).
+
+`rlax-trpo train` with no arguments trains PPO on CartPole-v1 (the embedded default, about
+a minute on a 2-core CPU). Every seed runs inside one compiled, vmapped call
+(`rlax_trpo.experiment.run`). The run folder gets `config.yaml`, `metrics.csv`,
+`summary.json`, `learning_curve.png` and `checkpoint/`. `rlax-trpo eval --run DIR`
+evaluates a finished run with `rlax_trpo.load_policy`.
+
+Bad input prints one line naming the problem and exits with status 2, writing nothing.
+Nothing here imports JAX at module level: `rlax_trpo.platform.setup_cpu` runs first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit status 2
+        raise UsageError(message)
+
+
+def build_parser(prog: str = "rlax-trpo train") -> argparse.ArgumentParser:
+    p = _Parser(
+        prog=prog,
+        description="Train VPG/NPG/TRPO/PPO/GRPO agents: seeds x hyperparameter settings in one "
+        "compiled call, sharded over devices, in resumable chunks.",
+        epilog="Overrides use the YAML keys, anywhere on the line: num_envs=64 "
+        "hp.learning_rate=1e-3 env=Acrobot-v1",
+    )
+    add = p.add_argument
+    add("--config", help="a bundled config's name (`rlax-trpo configs`) or a YAML file; "
+        "default: PPO on CartPole-v1")  # fmt: skip
+    add("--seeds", type=int, help="number of seeds, vmapped (default 1)")
+    add("--seed", type=int, help="base PRNG seed (default 0)")
+    add("--out", type=Path, help="run folder (default runs/<algo>_<env>_<time>)")
+    add("--no-progress", action="store_true", help="hide the progress bar")
+    add("--sweep", action="append", default=[], metavar="hp.NAME=V1,V2", help="sweep (repeat)")
+    add("--chunk-iterations", type=int, metavar="K", help="checkpoint every K iterations")
+    add("--resume", type=Path, metavar="DIR", help="continue the run in DIR")
+    add("--devices", type=int, metavar="N", help="devices to shard over (default: all that fit)")
+    add("--shard", choices=("population", "envs"), default="population", help="what to split")
+    add("--tensorboard", action="store_true", help="write <run>/tensorboard (tensorboardX)")
+    add("--wandb", action="store_true", help="log to Weights & Biases (WANDB_MODE is honoured)")
+    add("--wandb-project", default="rlax_trpo", metavar="NAME", help="W&B project")
+    add("--wandb-name", metavar="NAME", help="W&B run name (default: the run folder's name)")
+    add("--log-every", type=int, metavar="K", help="TensorBoard/W&B: write every K iterations "
+        "(default: --chunk-iterations, else about a tenth of the run)")  # fmt: skip
+    add("--coordinator-address", metavar="HOST:PORT", help="multi-host: address of process 0")
+    add("--num-processes", type=int, help="multi-host: number of processes")
+    add("--process-id", type=int, help="multi-host: this process")
+    add("overrides", nargs="*", metavar="key=value", help="config overrides")
+    return p
+
+
+def train_main(argv: list[str], prog: str = "rlax-trpo train") -> int:
+    """`train [options] [key=value ...]`; returns the exit status (0, 1 diverged, 128+signal
+    interrupted)."""
+    from rlax_trpo.platform import setup_cpu
+
+    args = build_parser(prog).parse_intermixed_args(argv)
+    for flag, value in (
+        ("--devices", args.devices),
+        ("--num-processes", args.num_processes),
+        ("--log-every", args.log_every),
+    ):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag}: must be a positive integer (got {value})")
+    multi_host = args.coordinator_address is not None or args.num_processes is not None
+    # Before JAX starts (gymnax starts it at import): one CPU device per core, or --devices.
+    setup_cpu(None if multi_host else args.devices)
+    if multi_host:
+        from rlax_trpo.parallel import initialize_distributed
+
+        initialize_distributed(args.coordinator_address, args.num_processes, args.process_id)
+    from rlax_trpo import experiment
+    from rlax_trpo.checkpoint import load_config
+    from rlax_trpo.config import config_from_dict, merge_overrides, parse_overrides, read_yaml
+    from rlax_trpo.defaults import DEFAULT_CONFIG
+    from rlax_trpo.sweep import parse_sweeps
+
+    config = None
+    if args.resume is None or args.config is not None or args.overrides:
+        raw = read_yaml(args.config) if args.config else dict(DEFAULT_CONFIG)
+        if args.resume is not None and args.config is None:  # checked against the saved one
+            if not (args.resume / "checkpoint").is_dir():
+                raise UsageError(f"--resume: {str(args.resume)!r} is not a run folder")
+            raw = load_config(args.resume / "checkpoint").to_dict()
+        config = config_from_dict(merge_overrides(raw, parse_overrides(args.overrides)))
+    hp = config.to_dict()["hp"] if config is not None else None
+    sweep = parse_sweeps(args.sweep, hp) if args.sweep else None
+    wandb = None
+    if args.wandb:
+        wandb = {"project": args.wandb_project, "name": args.wandb_name}
+    result = experiment.run(
+        config,
+        seeds=args.seeds,
+        seed=args.seed,
+        sweep=sweep,
+        out=args.out,
+        chunk_iterations=args.chunk_iterations,
+        resume=args.resume,
+        devices=args.devices,
+        shard=args.shard,
+        progress=not args.no_progress,
+        tensorboard=args.tensorboard,
+        wandb=wandb,
+        log_every=args.log_every,
+    )
+    return _report(result)
+
+
+def _report(result) -> int:
+    import jax
+
+    from rlax_trpo.report import format_outcome
+
+    out, err, code = format_outcome(result)
+    if jax.process_index() == 0:  # in a multi-process run, process 0 speaks for all
+        print(out, end="")
+        print(err, end="", file=sys.stderr)
+    return code
+
+
+def build_eval_parser(prog: str = "rlax-trpo eval") -> argparse.ArgumentParser:
+    p = _Parser(prog=prog, description="Evaluate a run: greedy and sampling returns.")
+    add = p.add_argument
+    add("--run", type=Path, required=True, metavar="DIR", help="run folder")
+    add("--episodes", type=int, default=10, help="episodes per seed (default 10)")
+    add("--seed", type=int, default=1234, help="evaluation PRNG seed")
+    add("--gif", type=Path, nargs="?", const=Path("episode.gif"), help="render a greedy episode")
+    add("--member", type=int, help="member to render (default: seed 0 of the best setting)")
+    add("--max-steps", type=int, help="episode step limit (default: the env's)")
+    return p
+
+
+def eval_main(argv: list[str], prog: str = "rlax-trpo eval") -> int:
+    """`eval --run DIR [--episodes N] [--gif [PATH]]`; returns the exit status."""
+    from rlax_trpo.platform import setup_cpu
+
+    args = build_eval_parser(prog).parse_args(argv)
+    setup_cpu(1)  # evaluation runs on one device
+    from rlax_trpo.policy import best_member, evaluate_run, format_evaluation, render_member
+
+    for flag, value in (("--episodes", args.episodes), ("--max-steps", args.max_steps)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag}: must be a positive integer (got {value})")
+    gif = args.run / "episode.gif" if args.gif == Path("episode.gif") else args.gif
+    if gif is not None and gif.suffix.lower() != ".gif":
+        raise UsageError(f"--gif: {str(gif)!r} must end in .gif")
+    ev = evaluate_run(args.run, args.episodes, args.seed, args.max_steps)
+    population = len(ev.settings) * ev.seeds
+    if args.member is not None and not 0 <= args.member < population:
+        raise UsageError(f"--member: must be between 0 and {population - 1} (got {args.member})")
+    print(format_evaluation(ev, args.run))
+    if gif is not None:
+        member = best_member(ev) if args.member is None else args.member
+        frames = render_member(ev, member, gif, args.seed, args.max_steps)
+        print(f"GIF of member {member} (greedy, {frames} steps): {gif}")
+    return 0
+
+
+def configs_main(argv: list[str]) -> int:
+    """`configs`: the bundled configurations, one per line with algorithm and environment."""
+    if argv:
+        raise UsageError(f"configs: takes no arguments (got {' '.join(argv)})")
+    import yaml
+
+    from rlax_trpo.defaults import CONFIG_DIR, bundled_config_names
+
+    for name in bundled_config_names():
+        raw = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())
+        print(f"{name:28s} {raw.get('algorithm', 'ppo'):9s} {raw.get('env', raw.get('task', ''))}")
+    return 0
+
+
+def main(argv: list[str] | None = None, prog: str = "rlax-trpo") -> int:
+    """`rlax-trpo [train] ...`, `rlax-trpo eval ...`, `rlax-trpo configs`; the exit status."""
+    from rlax_trpo.errors import ConfigError
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command, rest = (argv[0], argv[1:]) if argv[:1] in (["train"], ["eval"], ["configs"]) else (
+        "train", argv)  # fmt: skip
+    try:
+        if command == "eval":
+            return eval_main(rest, f"{prog} eval")
+        if command == "configs":
+            return configs_main(rest)
+        return train_main(rest, f"{prog} train" if prog == "rlax-trpo" else prog)
+    except (UsageError, ConfigError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
