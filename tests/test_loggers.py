@@ -18,8 +18,9 @@ import train
 from rlax_trpo import loggers
 from rlax_trpo.errors import ConfigError
 
+# 8 iterations of 2 seeds
 TINY = ["num_envs=4", "num_steps=16", "total_env_steps=512", "num_epochs=1",
-        "num_minibatches=1", "--no-progress", "--seeds", "2"]  # fmt: skip  8 iterations
+        "num_minibatches=1", "--no-progress", "--seeds", "2"]  # fmt: skip
 needs_wandb = pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="no wandb")
 
 
