@@ -71,12 +71,10 @@ def plot_curves(
 ) -> None:
     """One line per entry of `curves` (label -> `[seeds, iterations]`): the mean over seeds
     with a band of +- one std."""
-    import matplotlib
+    from matplotlib.figure import Figure  # no pyplot: the caller's backend is left alone
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
+    fig = Figure(figsize=(7, 4.5), dpi=100)
+    ax = fig.subplots()
     for label, values in curves.items():
         steps = (np.arange(values.shape[-1]) + 1) * steps_per_iteration
         mean, std = _mean_std(values)
@@ -90,7 +88,6 @@ def plot_curves(
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
 
 
 def return_summary(

@@ -5,6 +5,8 @@ minimum number of times, and every number they capture must be finite (a NaN ret
 accuracy fails the test, not only a missing line).
 """
 
+import importlib.metadata
+import importlib.util
 import math
 import re
 from pathlib import Path
@@ -14,6 +16,17 @@ import pytest
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def _sync_module():
+    spec = importlib.util.spec_from_file_location("sync", ROOT / "notebooks/sync_install_cells.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+sync = _sync_module()
 N = r"(-?[0-9][0-9.,e+-]*|nan|inf|-inf)"  # a printed number, or what NaN/inf print as
 
 # notebook -> (regex with captured numbers, minimum number of matches)
@@ -60,7 +73,74 @@ def test_the_value_check_catches_nan():
 
 
 def test_every_notebook_is_covered():
-    assert sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")) == sorted(EXPECTED)
+    assert sorted(p.name for p in NOTEBOOKS) == sorted(EXPECTED)
+
+
+def _repository() -> str:
+    match = re.search(
+        r'^Repository = "(https://[^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M
+    )
+    assert match, "pyproject.toml: [project.urls] Repository"
+    return match.group(1)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_install_cell_and_colab_link_come_from_pyproject(path):
+    url = _repository()
+    nb = nbformat.read(path, as_version=4)
+    first_md = next(c for c in nb.cells if c.cell_type == "markdown").source
+    first_code = next(c for c in nb.cells if c.cell_type == "code").source
+    slug = url.removeprefix("https://github.com/")
+    link = f"https://colab.research.google.com/github/{slug}/blob/main/notebooks/{path.name}"
+    assert f"[Open in Colab]({link})" in first_md
+    assert f'REPOSITORY = "{url}"' in first_code
+    assert first_code == sync.install_cell(url)  # `python notebooks/sync_install_cells.py`
+    assert "YOUR_ACCOUNT" not in path.read_text()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_notebook_refers_to_a_checkout(path):
+    nb = nbformat.read(path, as_version=4)
+    source = "\n".join(c.source for c in nb.cells)
+    for pattern in (r"\.\./", r"configs/", r"train\.py", r"__file__", r"sys\.path", r"/work/"):
+        assert not re.search(pattern, source), (path.name, pattern)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebooks_are_committed_with_full_budget_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.get("execution_count") for c in code), "every code cell was executed"
+    outputs = [o for c in code for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    assert any("image/png" in o.get("data", {}) for o in outputs), "no figure"
+    text = "".join(o.get("text", "") for o in outputs)
+    assert "small run" not in text and "RLAX_TRPO_SMALL" not in text, "a small-budget run"
+
+
+def _fake_versions(installed):
+    def version(name):
+        if name not in installed:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return installed[name]
+
+    return version
+
+
+@pytest.mark.parametrize(
+    "installed, pins",
+    [
+        ({}, []),  # no jax: the package's own requirement installs one
+        ({"jax": "0.11.2", "jax-cuda12-plugin": "0.11.2"}, []),  # already compatible
+        ({"jax": "0.12.1", "jax-cuda12-plugin": "0.12.1"}, ["jax[cuda12]<0.12"]),  # Colab GPU
+        ({"jax": "0.13.0", "jax-cuda13-plugin": "0.13.0"}, ["jax[cuda13]<0.12"]),
+        ({"jax": "0.12.0.dev20261101"}, ["jax<0.12", "jaxlib<0.12"]),  # CPU or TPU runtime
+    ],
+)
+def test_the_install_cell_keeps_jax_and_its_cuda_plugin_together(installed, pins):
+    namespace = {"importlib": importlib}
+    exec(sync.JAX_PINS, namespace)
+    assert namespace["jax_pins"](_fake_versions(installed)) == pins
 
 
 @pytest.mark.slow
@@ -83,3 +163,19 @@ def test_notebook_executes(name, monkeypatch):
         assert len(matches) >= count, (name, pattern, text[-3000:])
         bad = [m.group(0) for m in matches if not _numbers_are_finite(m)]
         assert not bad, (name, bad)
+
+
+def test_writing_a_run_folder_leaves_the_callers_matplotlib_backend_alone(tmp_path):
+    """A notebook's inline figures survive `run()`: the run folder's plots use no pyplot."""
+    import matplotlib
+    import numpy as np
+
+    from rlax_trpo.report import plot_curves
+
+    before = matplotlib.get_backend()
+    matplotlib.use("pdf")
+    try:
+        plot_curves(tmp_path / "c.png", {"a": np.ones((2, 5))}, 10, "title")
+        assert matplotlib.get_backend() == "pdf" and (tmp_path / "c.png").stat().st_size > 0
+    finally:
+        matplotlib.use(before)

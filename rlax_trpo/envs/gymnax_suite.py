@@ -100,13 +100,17 @@ def _render_gif(gym_env: Any, params: Any, states: list, returns: Any, path: str
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")  # pygame: no audio or display probing
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
-    import matplotlib
-
-    matplotlib.use("Agg")
     from gymnax.visualize import Visualizer, vis_gym
 
     if gym_env.name not in vis_gym.SUPPORTED_GYM_ENVS:
-        Visualizer(gym_env, params, states, returns).animate(str(path))
+        import matplotlib.pyplot as plt
+
+        previous = plt.get_backend()
+        plt.switch_backend("Agg")  # gymnax draws with pyplot; the caller's backend comes back
+        try:
+            Visualizer(gym_env, params, states, returns).animate(str(path))
+        finally:
+            plt.switch_backend(previous)
         return
     import gymnasium
     from PIL import Image, ImageDraw

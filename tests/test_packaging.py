@@ -1,0 +1,84 @@
+"""What an installed user gets: the wheel's contents, the `rlax-trpo` command from any
+directory, configs by name, and the files a project publishes (LICENSE, CITATION.cff).
+
+The wheel is built here without installing it; `.ci/run` installs it into a fresh virtual
+environment and runs `rlax-trpo train` and `rlax-trpo eval` from an empty directory.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlax_trpo.defaults import CONFIG_DIR, DEFAULT_CONFIG, bundled_config_names
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMAND = shutil.which("rlax-trpo", path=str(Path(sys.executable).parent))
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> zipfile.ZipFile:
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(ROOT)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    (path,) = out.glob("rlax_trpo-*.whl")
+    return zipfile.ZipFile(path)
+
+
+def test_the_wheel_ships_the_configs_the_command_and_the_license(wheel):
+    names = set(wheel.namelist())
+    configs = sorted(n.split("/")[-1].removesuffix(".yaml") for n in names if "/configs/" in n)
+    assert configs == bundled_config_names() and len(configs) >= 15
+    assert "rlax_trpo/cli.py" in names and not any(n.startswith("tests/") for n in names)
+    info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
+    entry = wheel.read(f"{info}/entry_points.txt").decode()
+    assert "rlax-trpo = rlax_trpo.cli:main" in entry
+    assert any(n.startswith(f"{info}/licenses/LICENSE") for n in names)
+    meta = wheel.read(f"{info}/METADATA").decode()
+    assert "License-Expression: Apache-2.0" in meta
+    assert "Project-URL: Repository, https://github.com/" in meta
+
+
+def test_bundled_configs_are_the_checkouts_configs_and_the_default():
+    assert (ROOT / "configs").resolve() == CONFIG_DIR
+    default = yaml.safe_load((CONFIG_DIR / "ppo_cartpole.yaml").read_text())
+    assert default == DEFAULT_CONFIG
+
+
+def test_the_command_trains_and_evaluates_from_an_empty_directory(tmp_path):
+    assert COMMAND is not None, "the install did not create the rlax-trpo console command"
+
+    def rlax_trpo(*args):
+        return subprocess.run([COMMAND, *args], cwd=tmp_path, capture_output=True, text=True)
+
+    listed = rlax_trpo("configs")
+    assert listed.returncode == 0 and "trpo_cartpole" in listed.stdout
+    trained = rlax_trpo("train", "--config", "ppo_cartpole", "total_env_steps=4096", "--out",
+                        "run", "--no-progress")  # fmt: skip
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    assert (tmp_path / "run" / "summary.json").is_file()
+    evaluated = rlax_trpo("eval", "--run", "run", "--episodes", "2")
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert "greedy:" in evaluated.stdout
+    unknown = rlax_trpo("train", "--config", "ppo_cartpol")
+    assert unknown.returncode == 2
+    assert unknown.stderr.startswith("error: config 'ppo_cartpol' is neither a file nor")
+    assert "ppo_cartpole" in unknown.stderr and len(unknown.stderr.splitlines()) == 1
+
+
+def test_license_citation_and_changelog():
+    assert "Apache License" in (ROOT / "LICENSE").read_text()[:200]
+    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert citation["cff-version"] == "1.2.0" and citation["license"] == "Apache-2.0"
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'version = "{citation["version"]}"' in pyproject
+    assert f'Repository = "{citation["repository-code"]}"' in pyproject
+    assert f"## {citation['version']}" in (ROOT / "CHANGELOG.md").read_text()

@@ -1,0 +1,113 @@
+"""The README is a user's reference: its configuration tables are `Config` and the default
+run, its command-line table is the parser, its links stay inside the repository, and it
+tells no development history."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlax_trpo.cli import build_eval_parser, build_parser
+from rlax_trpo.config import Config
+from rlax_trpo.defaults import DEFAULT_CONFIG
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def _table_rows(text: str) -> dict[str, list[str]]:
+    """`| \\`key\\` | a | b | meaning |` rows -> {key: [a, b, meaning]}."""
+    rows = {}
+    for line in text.splitlines():
+        match = re.match(r"^\| `([a-z_.]+)` \| (.*) \|$", line)
+        if match:
+            rows[match.group(1)] = [c.strip() for c in match.group(2).split(" | ")]
+    return rows
+
+
+def _value(cell: str):
+    value = yaml.safe_load(cell)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return a == pytest.approx(b, rel=1e-6)
+    return a == b
+
+
+def test_configuration_tables_are_config_and_the_default_run():
+    section = README.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    rows = _table_rows(section)
+    defaults = Config.create().to_dict()
+    default_run = Config.create(**DEFAULT_CONFIG).to_dict()
+    flat = {k: v for k, v in defaults.items() if k != "hp"}
+    flat.update({f"hp.{k}": v for k, v in defaults["hp"].items()})
+    used = {k: v for k, v in default_run.items() if k != "hp"}
+    used.update({f"hp.{k}": v for k, v in default_run["hp"].items()})
+    assert sorted(rows) == sorted(flat), "every Config and HParams field, and nothing else"
+    for key, (config_cell, run_cell, meaning) in rows.items():
+        assert _same(_value(config_cell), flat[key]), (key, config_cell, flat[key])
+        if run_cell == "same":
+            assert _same(used[key], flat[key]), (key, "differs from Config", used[key])
+        else:
+            assert _same(_value(run_cell), used[key]), (key, run_cell, used[key])
+            assert not _same(used[key], flat[key]), (key, "should say same")
+        assert meaning, key
+
+
+def test_the_table_check_notices_a_wrong_default():
+    wrong = "| `num_envs` | 4 | 16 | parallel environments |"
+    ((config_cell, run_cell, _),) = _table_rows(wrong).values()
+    assert _same(_value(config_cell), Config.create().num_envs)
+    assert not _same(_value(run_cell), Config.create(**DEFAULT_CONFIG).num_envs)
+
+
+def test_every_command_line_option_is_documented():
+    section = README.split("## Command line", 1)[1].split("\n## ", 1)[0]
+    for parser in (build_parser(), build_eval_parser()):
+        for action in parser._actions:
+            for flag in action.option_strings:
+                if flag.startswith("--") and flag != "--help":
+                    assert f"`{flag}" in section or f" {flag}" in section, flag
+
+
+def test_links_stay_in_the_repository():
+    for target in re.findall(r"\]\(([^)]+)\)", README):
+        if target.startswith("#"):
+            anchor = target[1:]
+            headings = [h.lower().replace(" ", "-") for h in re.findall(r"^#+ (.+)$", README, re.M)]
+            assert anchor in headings, target
+            continue
+        assert "://" not in target, target
+        assert (ROOT / target).exists(), target
+
+
+def test_install_url_is_pyprojects():
+    url = re.search(r'^Repository = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)[1]
+    installs = re.findall(r"git\+(https://\S+?)\"", README)
+    assert installs and set(installs) == {url}
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [r"\.\./shared", r"REFERENCES\.md", r"(?i)work period", r"(?i)\bsession\b", r"(?i)issue",
+     r"(?i)an earlier run", r"(?i)then in use", r"(?i)\bTODO\b"],
+)  # fmt: skip
+def test_no_development_history(pattern):
+    assert not re.search(pattern, README), pattern
+
+
+def test_the_two_commands():
+    assert 'pip install -e ".[dev]" && python train.py\n' in README
+    assert 'pip install -e ".[dev]" && python -m pytest -q\n' in README
+    ci = (ROOT / ".ci/run").read_text()
+    assert ci.rstrip().endswith("python -m pytest -q")
