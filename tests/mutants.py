@@ -159,6 +159,24 @@ MUTANTS = [
       "devices = forced if forced is not None else usable_cores()",
       "devices = forced if forced is not None else 1",
       ("tests/test_platform.py", "-k", "per_core")),
+    M("policy-act-skips-normalisation", "rlax_trpo/policy.py",
+      "        if self.config.normalize_obs:\n            obs",
+      "        if False:\n            obs",
+      ("tests/test_policy.py", "-k", "act_is_the_policy")),
+    M("policy-evaluates-with-another-key", "rlax_trpo/policy.py",
+      "member_keys(self.run.seed + 1)", "member_keys(self.run.seed)",
+      ("tests/test_policy.py", "-k", "reproduces")),
+    M("loggers-log-the-first-seed", "rlax_trpo/loggers.py",
+      "out[name] = np.nanmean(per, axis=1)", "out[name] = per[:, 0]",
+      ("tests/test_loggers.py", "-k", "wandb_offline")),
+    M("loggers-write-at-the-end-only", "rlax_trpo/experiment.py",
+      "lengths = _chunk_lengths(start, total, chunk, program.eval_every, log_every)",
+      "lengths = _chunk_lengths(start, total, chunk, program.eval_every)",
+      ("tests/test_loggers.py", "-k", "while_the_run_goes")),
+    M("bundled-config-not-found-by-name", "rlax_trpo/defaults.py",
+      "        if bundled.is_file():\n            return bundled",
+      "        if False:\n            pass",
+      ("tests/test_packaging.py", "-k", "empty_directory")),
 ]  # fmt: skip
 
 
@@ -166,7 +184,8 @@ def run(mutant: Mutant, control: bool = False) -> tuple[bool, float, str]:
     """(killed, seconds, last lines of pytest's output)."""
     with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as tmp:
         copy = Path(tmp)
-        for part in ("rlax_trpo", "tests", "configs", "notebooks", "train.py", "pyproject.toml"):
+        for part in ("rlax_trpo", "tests", "configs", "notebooks", "train.py", "pyproject.toml",
+                     "README.md", "LICENSE", "CITATION.cff", "CHANGELOG.md", ".ci"):  # fmt: skip
             src = ROOT / part
             if src.is_dir():
                 shutil.copytree(src, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
