@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import yaml
 
@@ -44,8 +45,15 @@ def _is_key(x: Any) -> bool:
 
 
 def to_savable(tree: Any) -> Any:
-    """Typed PRNG keys cannot be serialised; store their raw key data instead."""
-    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
+    """Typed PRNG keys cannot be serialised: store their raw key data instead. Nor can
+    empty arrays (MJX physics states hold some): store one zero element in their place."""
+
+    def savable(x):
+        if _is_key(x):
+            return jax.random.key_data(x)
+        return jnp.zeros((1,), x.dtype) if x.size == 0 else x
+
+    return jax.tree.map(savable, tree)
 
 
 def _abstract_savable(target: Any) -> Any:
@@ -53,9 +61,12 @@ def _abstract_savable(target: Any) -> Any:
 
 
 def _wrap_keys(target: Any, restored: Any) -> Any:
-    return jax.tree.map(
-        lambda t, r: jax.random.wrap_key_data(r) if _is_key(t) else r, target, restored
-    )
+    def back(t, r):
+        if _is_key(t):
+            return jax.random.wrap_key_data(r)
+        return np.zeros(t.shape, t.dtype) if t.size == 0 else r
+
+    return jax.tree.map(back, target, restored)
 
 
 # ---------------------------------------------------------------- step checkpoints

@@ -3,6 +3,8 @@
     make_env("CartPole-v1")          gymnax (the default suite for names without a prefix)
     make_env("gymnax/CartPole-v1")   the same, explicitly
     make_env("MaxDigit-qa")          this library's own environments (`rlax_trpo.envs.own`)
+    make_env("brax/hopper")          Brax; `playground/CartpoleBalance`: MuJoCo Playground's
+                                     DM Control Suite; `jumanji/Snake-v1`: Jumanji (extras)
 
 A user adds one environment with `register_env(name, factory)` (the factory returns a
 gymnax 1.0 `(environment, env_params)` pair, or an `Env`), or a whole suite with
@@ -35,7 +37,14 @@ class Suite(NamedTuple):
 _ENVS: dict[str, EnvFactory | str] = {"MaxDigit-qa": "rlax_trpo.envs.own:max_digit"}
 _SUITES: dict[str, Suite] = {
     "gymnax": Suite("rlax_trpo.envs.gymnax_suite:make", "rlax_trpo.envs.gymnax_suite:names"),
+    "brax": Suite("rlax_trpo.envs.brax_suite:make", "rlax_trpo.envs.brax_suite:names"),
+    "playground": Suite(
+        "rlax_trpo.envs.playground_suite:make", "rlax_trpo.envs.playground_suite:names"
+    ),
+    "jumanji": Suite("rlax_trpo.envs.jumanji_suite:make", "rlax_trpo.envs.jumanji_suite:names"),
 }
+# suite -> the extra that installs it
+EXTRAS = {"brax": "brax", "playground": "playground", "jumanji": "jumanji"}
 DEFAULT_SUITE = "gymnax"  # names without a prefix that are not registered environments
 
 
@@ -90,8 +99,15 @@ def _resolve(name: str) -> tuple[str | None, str]:
 def check_env_name(name: str) -> None:
     """Raise a one-line ConfigError listing the valid names if `name` is unknown."""
     prefix, rest = _resolve(name)
-    if prefix is None or rest in _load(_SUITES[prefix].names)():
+    if prefix is None:
         return
+    known = _load(_SUITES[prefix].names)()
+    if rest in known:
+        return
+    if not known and prefix in EXTRAS:
+        raise ConfigError(
+            f"env: {name!r} needs the {prefix} suite (pip install 'rlax_trpo[{EXTRAS[prefix]}]')"
+        )
     names = valid_env_names()
     close = difflib.get_close_matches(name, names, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""

@@ -1,0 +1,99 @@
+"""Jumanji environments (`jumanji/<Name>`, e.g. Snake-v1, Maze-v0, Game2048-v1).
+
+Jumanji follows dm_env: `reset(key) -> (state, timestep)`, `step(state, action) ->
+(state, timestep)`, where a `TimeStep` carries `step_type` (FIRST, MID, LAST), `reward`,
+`discount` and a structured observation; an episode ends on LAST, and its discount tells
+how: 0 is a termination, a positive discount a truncation. Jumanji's own time limits (Snake,
+Maze, ...) end episodes with discount 0, as if the agent had failed; here the adapter takes
+the time limit over (Jumanji is told `NO_LIMIT`) and ends those episodes as truncations, so
+they bootstrap. The adapter returns the LAST observation as `final_obs` and resets
+automatically. The observation's fields (grids, positions, action masks, step counts) are
+flattened into one float vector. `env_kwargs` go to `jumanji.make`, except `time_limit` (or
+`episode_length`), the adapter's limit: default the environment's own, else
+`DEFAULT_EPISODE_LENGTH` (Game2048 has none). Discrete action spaces only; action masks are
+given to the policy as observations, not enforced. GIFs come from Jumanji's `animate`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from rlax_trpo.envs.base import Env, EnvSpec, StepResult
+from rlax_trpo.errors import ConfigError
+
+DEFAULT_EPISODE_LENGTH = 1000
+NO_LIMIT = 2**30  # what Jumanji is told its time limit is, when the adapter enforces it
+LAST = 2  # dm_env.StepType.LAST
+
+
+class JumanjiState(NamedTuple):
+    inner: Any
+    steps: jax.Array
+
+
+def names() -> list[str]:
+    try:
+        import jumanji
+    except ImportError:  # the `jumanji` extra is not installed
+        return []
+    return sorted(jumanji.registered_environments())
+
+
+def _flatten(observation: Any) -> jax.Array:
+    leaves = jax.tree.leaves(observation)
+    return jnp.concatenate([jnp.asarray(x, jnp.float32).reshape(-1) for x in leaves])
+
+
+def make(name: str, env_kwargs: dict[str, Any], flatten: bool) -> Env:
+    import jumanji
+
+    kwargs = dict(env_kwargs)
+    limit = kwargs.pop("episode_length", None) or kwargs.pop("time_limit", None)
+    try:
+        env = jumanji.make(name, **kwargs)
+        own_limit = int(getattr(env, "time_limit", 0) or 0)
+        if own_limit:  # the adapter enforces the time limit, as a truncation
+            env = jumanji.make(name, **kwargs, time_limit=NO_LIMIT)
+    except TypeError as err:
+        raise ConfigError(f"env_kwargs: jumanji/{name} does not take them ({err})") from None
+    limit = int(limit or own_limit or DEFAULT_EPISODE_LENGTH)
+    spec = env.action_spec
+    if not hasattr(spec, "num_values") or getattr(spec, "shape", ()) != ():
+        raise ConfigError(f"env: jumanji/{name} has no single discrete action (not supported)")
+    _, first = jax.eval_shape(env.reset, jax.random.key(0))
+    obs_size = _flatten(jax.tree.map(jnp.zeros_like, first.observation)).shape[0]
+    env_spec = EnvSpec((obs_size,), True, int(spec.num_values), max_episode_steps=limit)
+
+    def reset(key):
+        state, timestep = env.reset(key)
+        return _flatten(timestep.observation), JumanjiState(state, jnp.zeros((), jnp.int32))
+
+    def step(key, state, action):
+        inner, timestep = env.step(state.inner, jnp.asarray(action, jnp.int32))
+        steps = state.steps + 1
+        last = timestep.step_type == LAST
+        terminated = last & (timestep.discount == 0)
+        truncated = (last & (timestep.discount > 0)) | ((steps >= limit) & ~terminated)
+        final_obs = _flatten(timestep.observation)
+        done = terminated | truncated
+        obs0, fresh = reset(key)
+        nxt = jax.tree.map(lambda r, n: jnp.where(done, r, n), fresh, JumanjiState(inner, steps))
+        obs = jnp.where(done, obs0, final_obs)
+        reward = jnp.asarray(timestep.reward, jnp.float32)
+        return StepResult(obs, nxt, reward, terminated, truncated, final_obs)
+
+    def render(states: list, returns: Any, path: str) -> None:
+        import matplotlib.pyplot as plt
+
+        previous = plt.get_backend()
+        plt.switch_backend("Agg")  # Jumanji draws with pyplot; the caller's backend comes back
+        try:
+            env.animate([s.inner for s in states], interval=100, save_path=str(path))
+        finally:
+            plt.switch_backend(previous)
+            plt.close("all")
+
+    return Env(reset, step, env_spec, f"jumanji/{name}", render)
