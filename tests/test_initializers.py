@@ -34,7 +34,9 @@ def test_equals_flax_orthogonal(shape):
         q, r = np.linalg.qr(z)
         q = q * np.sign(np.diag(r))
         exact = (q.T if rows < cols else q).reshape(shape)
-        assert np.abs(ours - exact).max() < 5e-7
+        # float32 Gram-Schmidt: error grows with the draw's condition number (~750 for one
+        # square 64x64 draw here, where it is 5.2e-7 on one CPU and under 5e-7 on another)
+        assert np.abs(ours - exact).max() < (1e-6 if rows == cols else 5e-7)
         # flax's float32 QR is itself off by up to ~3e-6 on square draws (condition ~700)
         tol = 5e-6 if rows == cols else 5e-7
         assert np.abs(ours - theirs).max() < tol
