@@ -167,3 +167,16 @@ def test_a_suite_that_is_not_installed_says_which_extra(monkeypatch):
     monkeypatch.setattr(brax_suite, "names", lambda: [])
     with pytest.raises(ConfigError, match=r"pip install 'rlax_trpo\[brax\]'"):
         check_env_name("brax/hopper")
+
+
+@needs["jumanji"]
+@pytest.mark.slow
+def test_ppo_learns_snake_from_its_bundled_config(tmp_path):
+    """327,680 steps of `ppo_jumanji_snake`: a random policy eats 0.1 fruit per episode,
+    this run about 1.1 (2026-11-23); a broken observation or episode end stays near 0.1."""
+    from rlax_trpo import load_config, run
+
+    config = load_config("ppo_jumanji_snake", ["total_env_steps=327680"])
+    result = run(config, seeds=1, out=tmp_path / "snake", progress=False)
+    assert result.status == "complete"
+    assert result.summary["final_return_mean"] > 0.5
