@@ -118,7 +118,8 @@ class Policy:
         fn = self.run.compiled(("episode", max_steps), lambda: make_episode(
             self.config, self.env, self.networks, True, max_steps
         ))  # fmt: skip
-        return jax.tree.map(np.asarray, fn(self.state, key))
+        host = lambda x: x if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else np.asarray(x)
+        return jax.tree.map(host, fn(self.state, key))  # typed keys (Jumanji) stay as they are
 
 
 def load_policy(run_dir: str | Path, member: int = 0) -> Policy:

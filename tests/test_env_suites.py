@@ -180,3 +180,15 @@ def test_ppo_learns_snake_from_its_bundled_config(tmp_path):
     result = run(config, seeds=1, out=tmp_path / "snake", progress=False)
     assert result.status == "complete"
     assert result.summary["final_return_mean"] > 0.5
+
+
+@needs["jumanji"]
+def test_jumanji_episodes_render_to_a_gif(tmp_path):
+    env = make_env("jumanji/Snake-v1")
+    _, state = env.reset(jax.random.key(7))
+    states = [state]
+    for t in range(3):
+        state = env.step(jax.random.key(t), state, jnp.asarray(2)).state
+        states.append(state)
+    env.render(states, np.arange(4.0), str(tmp_path / "snake.gif"))
+    assert (tmp_path / "snake.gif").read_bytes()[:3] == b"GIF"
