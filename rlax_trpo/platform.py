@@ -1,7 +1,7 @@
 """Host-side setup that call sites apply before JAX starts its backend.
 
 Nothing here runs at import; `train.py`, the tests, the benchmarks and the notebooks call
-`setup_cpu()` first thing. It does two things, both on the CPU backend only (a GPU or TPU
+`setup_cpu()` first thing. It does three things, all on the CPU backend only (a GPU or TPU
 run is unaffected: the CPU client is not its default backend):
 
 - **One CPU device per usable core** (`jax_num_cpu_devices`), unless `devices` or
@@ -16,6 +16,14 @@ run is unaffected: the CPU client is not its default backend):
   with loop-carried copies, about 100 tiny kernels per draw. Straight-line, XLA fuses the
   hash into one kernel; the bits are identical. `RLAX_TRPO_THREEFRY=rolled` keeps jax's
   lowering. benchmarks/device_scaling.py measures both.
+- **Linear algebra without LAPACK** (`lapack_free_linalg_on_cpu`): jaxlib 0.10's batched
+  LAPACK kernels (Cholesky, triangular solve, LU, QR) split a large batch into tasks on
+  XLA's intra-op pool and wait for them from a thread of that same pool; once every pool
+  thread waits (one per device on a multi-device run), the process hangs at 0% CPU
+  (docs/cpu_lapack_deadlock.md). MuJoCo physics (Brax, Playground) factorises every env's
+  mass matrix that way. Lowered as on TPU instead, through XLA's own Cholesky and
+  triangular-solve expanders and jax's LU and Householder QR in plain HLO, nothing blocks.
+  `RLAX_TRPO_LAPACK=keep` keeps jaxlib's lowering; benchmarks/cpu_linalg.py measures both.
 
 An earlier release also started the backend with a one-thread intra-op pool, to dodge a
 deadlock. The deadlock's cause was a batched LAPACK QR in flax's orthogonal initialiser,
@@ -29,6 +37,10 @@ import os
 from collections.abc import MutableMapping
 
 THREEFRY_OPT_OUT = "RLAX_TRPO_THREEFRY"
+LAPACK_OPT_OUT = "RLAX_TRPO_LAPACK"
+# jax.lax.linalg primitives whose CPU lowering is a batched LAPACK call and whose
+# platform-independent lowering is plain HLO.
+LAPACK_PRIMITIVES = ("cholesky_p", "triangular_solve_p", "lu_p", "geqrf_p", "householder_product_p")
 _FORCE_FLAG = "--xla_force_host_platform_device_count"
 
 
@@ -40,8 +52,9 @@ def usable_cores() -> int:
 
 
 def setup_cpu(devices: int | None = None, environ: MutableMapping[str, str] = os.environ) -> int:
-    """Before JAX starts: `devices` CPU devices (default one per usable core) and the
-    straight-line threefry. Returns the number of CPU devices JAX will create.
+    """Before JAX starts: `devices` CPU devices (default one per usable core), the
+    straight-line threefry and LAPACK-free linear algebra. Returns the number of CPU
+    devices JAX will create.
 
     Once JAX's backend has started (any computation, `jax.devices()` included), the device
     count can no longer change: then it is left as it is and the current count returned.
@@ -50,6 +63,8 @@ def setup_cpu(devices: int | None = None, environ: MutableMapping[str, str] = os
     """
     if environ.get(THREEFRY_OPT_OUT, "").lower() != "rolled":
         unroll_threefry_on_cpu()
+    if environ.get(LAPACK_OPT_OUT, "").lower() != "keep":
+        lapack_free_linalg_on_cpu()
     import jax  # deferred: importing this module must not import JAX
 
     if _backends_started():
@@ -94,4 +109,29 @@ def unroll_threefry_on_cpu() -> bool:
     if rule is None or primitive is None:
         return False
     mlir.register_lowering(primitive, rule, platform="cpu")
+    return True
+
+
+def lapack_free_linalg_on_cpu() -> bool:
+    """Lower Cholesky, triangular solve, LU and QR on CPU as jax does on TPU: plain HLO.
+
+    Affects programs compiled afterwards; results agree with LAPACK to float32 rounding
+    (tests/test_platform.py). Uses jax's private lowering tables (there is no public
+    switch); returns False and changes nothing where they are not as expected.
+    """
+    try:
+        from jax._src.interpreters import mlir
+        from jax._src.lax import linalg
+    except ImportError:
+        return False
+    generic = getattr(mlir, "_lowerings", {})
+    rules = []
+    for name in LAPACK_PRIMITIVES:
+        primitive = getattr(linalg, name, None)
+        rule = getattr(generic.get(primitive), "rule", None)
+        if rule is None:
+            return False
+        rules.append((primitive, rule))
+    for primitive, rule in rules:
+        mlir.register_lowering(primitive, rule, platform="cpu")
     return True

@@ -1,5 +1,5 @@
 """CPU setup before JAX starts: one CPU device per core (or as asked), the whole thread pool,
-straight-line threefry; importing the package starts nothing."""
+straight-line threefry, linear algebra without LAPACK; importing the package starts nothing."""
 
 import json
 import os
@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +32,7 @@ linux_multicore = pytest.mark.skipif(
 )
 
 
-def _probe(script=PROBE, *args, **env):
+def _probe(script=PROBE, *args, timeout=120, **env):
     """Run `script` in a fresh interpreter (JAX not yet started) and parse its last line."""
     base = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     proc = subprocess.run(
@@ -40,7 +41,7 @@ def _probe(script=PROBE, *args, **env):
         env={**base, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", **env},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -106,3 +107,63 @@ def test_straight_line_threefry_draws_the_same_bits_without_a_loop():
     assert unrolled["loops"] == 0
     assert unrolled["bits"] == rolled["bits"]
     assert unrolled["uniform"] == rolled["uniform"]
+
+
+LINALG_PROBE = """
+import json, re, sys
+import numpy as np
+import rlax_trpo.platform as platform
+platform.setup_cpu()
+import jax, jax.numpy as jnp
+
+def one(k):
+    a = jax.random.normal(k, (12, 12)) / 12**0.5 + 2 * jnp.eye(12)
+    low = jnp.linalg.cholesky(a @ a.T)
+    tri = jax.scipy.linalg.solve_triangular(low, jnp.arange(12.0), lower=True)
+    q, r = jnp.linalg.qr(a)
+    return low, tri, jnp.linalg.solve(a, jnp.ones(12)), jnp.abs(q), jnp.abs(r)
+
+f = jax.jit(jax.vmap(one))
+keys = jax.random.split(jax.random.key(1), 64)
+calls = sorted(set(re.findall(r"custom_call @(lapack\\w+)", f.lower(keys).as_text())))
+print(json.dumps({"calls": calls, "out": [np.asarray(x).tolist() for x in f(keys)]}))
+"""
+
+
+def test_linear_algebra_is_lowered_without_lapack_and_agrees_with_it():
+    hlo = _probe(LINALG_PROBE)
+    lapack = _probe(LINALG_PROBE, RLAX_TRPO_LAPACK="keep")
+    # jax's own CPU lowering: batched LAPACK kernels, which can deadlock XLA's thread pool
+    assert {"lapack_spotrf_ffi", "lapack_strsm_ffi", "lapack_sgetrf_ffi", "lapack_sgeqrf_ffi"} <= set(
+        lapack["calls"]
+    )
+    assert hlo["calls"] == []
+    for ours, theirs in zip(hlo["out"], lapack["out"], strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=2e-5, atol=2e-5)
+
+
+HANG_PROBE = """
+import json, sys, time
+import rlax_trpo.platform as platform
+platform.setup_cpu(2)
+import jax, jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+def one(k):  # sizes at which jaxlib 0.10's LAPACK kernels split the batch over the pool
+    a = jax.random.normal(k, (16, 16)) / 4 + 2 * jnp.eye(16)
+    low = jnp.linalg.cholesky(a @ a.T)
+    return jax.scipy.linalg.solve_triangular(low, jnp.ones((16, 16)), lower=True)
+
+f = jax.jit(jax.vmap(one))
+keys = jax.device_put(jax.random.split(jax.random.key(0), 1024),
+                      NamedSharding(Mesh(jax.devices(), ("b",)), P("b")))
+for _ in range(20):
+    jax.block_until_ready(f(keys))
+print(json.dumps({"devices": jax.device_count()}))
+"""
+
+
+def test_batched_cholesky_on_two_devices_finishes():
+    # With jax's LAPACK lowering this hangs at 0% CPU in nearly every process
+    # (docs/cpu_lapack_deadlock.md); `_probe` fails it after its timeout.
+    assert _probe(HANG_PROBE, timeout=90)["devices"] == 2
