@@ -21,9 +21,13 @@ run is unaffected: the CPU client is not its default backend):
   XLA's intra-op pool and wait for them from a thread of that same pool; once every pool
   thread waits (one per device on a multi-device run), the process hangs at 0% CPU
   (docs/cpu_lapack_deadlock.md). MuJoCo physics (Brax, Playground) factorises every env's
-  mass matrix that way. Lowered as on TPU instead, through XLA's own Cholesky and
-  triangular-solve expanders and jax's LU and Householder QR in plain HLO, nothing blocks.
-  `RLAX_TRPO_LAPACK=keep` keeps jaxlib's lowering; benchmarks/cpu_linalg.py measures both.
+  mass matrix that way. With more than one CPU device these are lowered as on TPU instead,
+  through XLA's own Cholesky and triangular-solve expanders and jax's LU and Householder QR
+  in plain HLO, and nothing blocks. On one device a physics step runs one such call at a
+  time, which cannot fill the pool, and LAPACK stays:
+  XLA's expanders cost little on small physics models but 3.8x the env-step time on
+  HumanoidWalk's 27x27 mass matrix (benchmarks/cpu_linalg.py). `RLAX_TRPO_LAPACK=keep` or
+  `=hlo` chooses one lowering whatever the device count.
 
 An earlier release also started the backend with a one-thread intra-op pool, to dodge a
 deadlock. The deadlock's cause was a batched LAPACK QR in flax's orthogonal initialiser,
@@ -53,8 +57,8 @@ def usable_cores() -> int:
 
 def setup_cpu(devices: int | None = None, environ: MutableMapping[str, str] = os.environ) -> int:
     """Before JAX starts: `devices` CPU devices (default one per usable core), the
-    straight-line threefry and LAPACK-free linear algebra. Returns the number of CPU
-    devices JAX will create.
+    straight-line threefry and, with more than one CPU device, LAPACK-free linear algebra.
+    Returns the number of CPU devices JAX will create.
 
     Once JAX's backend has started (any computation, `jax.devices()` included), the device
     count can no longer change: then it is left as it is and the current count returned.
@@ -63,16 +67,18 @@ def setup_cpu(devices: int | None = None, environ: MutableMapping[str, str] = os
     """
     if environ.get(THREEFRY_OPT_OUT, "").lower() != "rolled":
         unroll_threefry_on_cpu()
-    if environ.get(LAPACK_OPT_OUT, "").lower() != "keep":
-        lapack_free_linalg_on_cpu()
     import jax  # deferred: importing this module must not import JAX
 
     if _backends_started():
-        return len(jax.devices("cpu"))
-    if devices is None:
-        forced = _forced_count(environ.get("XLA_FLAGS", ""))
-        devices = forced if forced is not None else usable_cores()
-    jax.config.update("jax_num_cpu_devices", int(devices))
+        devices = len(jax.devices("cpu"))
+    else:
+        if devices is None:
+            forced = _forced_count(environ.get("XLA_FLAGS", ""))
+            devices = forced if forced is not None else usable_cores()
+        jax.config.update("jax_num_cpu_devices", int(devices))
+    lowering = environ.get(LAPACK_OPT_OUT, "auto").lower()
+    if lowering == "hlo" or (lowering != "keep" and devices > 1):
+        lapack_free_linalg_on_cpu()
     return int(devices)
 
 

@@ -113,7 +113,7 @@ LINALG_PROBE = """
 import json, re, sys
 import numpy as np
 import rlax_trpo.platform as platform
-platform.setup_cpu()
+platform.setup_cpu(int(sys.argv[1]))
 import jax, jax.numpy as jnp
 
 def one(k):
@@ -131,15 +131,17 @@ print(json.dumps({"calls": calls, "out": [np.asarray(x).tolist() for x in f(keys
 
 
 def test_linear_algebra_is_lowered_without_lapack_and_agrees_with_it():
-    hlo = _probe(LINALG_PROBE)
-    lapack = _probe(LINALG_PROBE, RLAX_TRPO_LAPACK="keep")
-    # jax's own CPU lowering: batched LAPACK kernels, which can deadlock XLA's thread pool
-    assert {"lapack_spotrf_ffi", "lapack_strsm_ffi", "lapack_sgetrf_ffi", "lapack_sgeqrf_ffi"} <= set(
-        lapack["calls"]
-    )
+    hlo = _probe(LINALG_PROBE, "2")  # several CPU devices: no LAPACK
+    lapack = _probe(LINALG_PROBE, "1")  # one device: jax's LAPACK lowering stays
+    # batched LAPACK kernels, which can deadlock XLA's thread pool on several devices
+    kernels = {"lapack_spotrf_ffi", "lapack_strsm_ffi", "lapack_sgetrf_ffi", "lapack_sgeqrf_ffi"}
+    assert kernels <= set(lapack["calls"])
     assert hlo["calls"] == []
     for ours, theirs in zip(hlo["out"], lapack["out"], strict=True):
         np.testing.assert_allclose(ours, theirs, rtol=2e-5, atol=2e-5)
+    # RLAX_TRPO_LAPACK chooses either lowering whatever the device count
+    assert kernels <= set(_probe(LINALG_PROBE, "2", RLAX_TRPO_LAPACK="keep")["calls"])
+    assert _probe(LINALG_PROBE, "1", RLAX_TRPO_LAPACK="hlo")["calls"] == []
 
 
 HANG_PROBE = """

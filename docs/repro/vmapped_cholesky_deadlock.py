@@ -1,9 +1,10 @@
 """jaxlib CPU: a batched Cholesky or triangular solve sharded over 2 host devices deadlocks
 (docs/cpu_lapack_deadlock.md).
 
-    XLA_FLAGS=--xla_force_host_platform_device_count=2 timeout 30 python vmapped_cholesky_deadlock.py
-    ... python vmapped_cholesky_deadlock.py trsm 1024 16
-    ... python vmapped_cholesky_deadlock.py cholesky 1024 16 hlo   # XLA's expander: finishes
+    export XLA_FLAGS=--xla_force_host_platform_device_count=2
+    timeout 30 python vmapped_cholesky_deadlock.py
+    timeout 30 python vmapped_cholesky_deadlock.py trsm 1024 16
+    timeout 30 python vmapped_cholesky_deadlock.py cholesky 1024 16 hlo  # XLA's expander: finishes
 
 Arguments: op (cholesky | trsm), batch, matrix size, lowering (lapack | hlo). Needs only jax.
 Prints "ok ..." when it finishes; a hang leaves the process at 0% CPU.
