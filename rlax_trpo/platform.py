@@ -24,10 +24,10 @@ run is unaffected: the CPU client is not its default backend):
   mass matrix that way. With more than one CPU device these are lowered as on TPU instead,
   through XLA's own Cholesky and triangular-solve expanders and jax's LU and Householder QR
   in plain HLO, and nothing blocks. On one device a physics step runs one such call at a
-  time, which cannot fill the pool, and LAPACK stays:
-  XLA's expanders cost little on small physics models but 3.8x the env-step time on
-  HumanoidWalk's 27x27 mass matrix (benchmarks/cpu_linalg.py). `RLAX_TRPO_LAPACK=keep` or
-  `=hlo` chooses one lowering whatever the device count.
+  time, which cannot fill the pool, and LAPACK stays: XLA's expanders cost little on small
+  physics models but 3.8x the env-step time on HumanoidWalk's 27x27 mass matrix
+  (benchmarks/cpu_linalg.py). `RLAX_TRPO_LAPACK=keep` or `=hlo` chooses one lowering
+  whatever the device count.
 
 An earlier release also started the backend with a one-thread intra-op pool, to dodge a
 deadlock. The deadlock's cause was a batched LAPACK QR in flax's orthogonal initialiser,
