@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 
 class UsageError(Exception):
@@ -37,6 +38,9 @@ def build_parser(prog: str = "rlax-trpo train") -> argparse.ArgumentParser:
     add = p.add_argument
     add("--config", help="a bundled config's name (`rlax-trpo configs`) or a YAML file; "
         "default: PPO on CartPole-v1")  # fmt: skip
+    add("--import", dest="imports", action="append", default=[], metavar="MODULE",
+        help="import a module of yours first (it registers algorithms or environments); "
+        "a name on the Python path or in this directory, or a .py path; repeatable")  # fmt: skip
     add("--seeds", type=int, help="number of seeds, vmapped (default 1)")
     add("--seed", type=int, help="base PRNG seed (default 0)")
     add("--out", type=Path, help="run folder (default runs/<algo>_<env>_<time>)")
@@ -80,21 +84,8 @@ def train_main(argv: list[str], prog: str = "rlax-trpo train") -> int:
 
         initialize_distributed(args.coordinator_address, args.num_processes, args.process_id)
     from rlax_trpo import experiment
-    from rlax_trpo.checkpoint import load_config
-    from rlax_trpo.config import config_from_dict, merge_overrides, parse_overrides, read_yaml
-    from rlax_trpo.defaults import DEFAULT_CONFIG
-    from rlax_trpo.sweep import parse_sweeps
 
-    config = None
-    if args.resume is None or args.config is not None or args.overrides:
-        raw = read_yaml(args.config) if args.config else dict(DEFAULT_CONFIG)
-        if args.resume is not None and args.config is None:  # checked against the saved one
-            if not (args.resume / "checkpoint").is_dir():
-                raise UsageError(f"--resume: {str(args.resume)!r} is not a run folder")
-            raw = load_config(args.resume / "checkpoint").to_dict()
-        config = config_from_dict(merge_overrides(raw, parse_overrides(args.overrides)))
-    hp = config.to_dict()["hp"] if config is not None else None
-    sweep = parse_sweeps(args.sweep, hp) if args.sweep else None
+    config, sweep = _train_config(args)
     wandb = None
     if args.wandb:
         wandb = {"project": args.wandb_project, "name": args.wandb_name}
@@ -114,6 +105,30 @@ def train_main(argv: list[str], prog: str = "rlax-trpo train") -> int:
         log_every=args.log_every,
     )
     return _report(result)
+
+
+def _train_config(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The run's config (None to take the resumed run's) and sweep, from the command line."""
+    from rlax_trpo.checkpoint import load_config
+    from rlax_trpo.config import config_from_dict
+    from rlax_trpo.sweep import parse_sweeps
+    from rlax_trpo.yamlio import merge_overrides, parse_overrides, read_yaml
+
+    config = None
+    if args.resume is not None and not (args.resume / "checkpoint").is_dir():
+        raise UsageError(f"--resume: {str(args.resume)!r} is not a run folder")
+    if args.resume is None or args.config is not None or args.overrides or args.imports:
+        raw = read_yaml(args.config) if args.config else {}  # no config: the default run
+        if args.resume is not None and args.config is None:  # checked against the saved one
+            raw = load_config(args.resume / "checkpoint").to_dict()
+        raw = merge_overrides(raw, parse_overrides(args.overrides))
+        if args.imports:
+            raw["imports"] = list(dict.fromkeys([*raw.get("imports", []), *args.imports]))
+        config = config_from_dict(raw)
+    if not args.sweep:
+        return config, None
+    base = config if config is not None else load_config(args.resume / "checkpoint")
+    return config, parse_sweeps(args.sweep, base)
 
 
 def _report(result) -> int:
@@ -166,18 +181,83 @@ def eval_main(argv: list[str], prog: str = "rlax-trpo eval") -> int:
     return 0
 
 
-def configs_main(argv: list[str]) -> int:
-    """`configs`: the bundled configurations, one per line with algorithm and environment."""
-    if argv:
-        raise UsageError(f"configs: takes no arguments (got {' '.join(argv)})")
+def build_configs_parser(prog: str = "rlax-trpo configs") -> argparse.ArgumentParser:
+    p = _Parser(prog=prog, description="List the bundled configurations, or show one whole.")
+    add = p.add_argument
+    add("--show", metavar="NAME", help="print every field of a config (a bundled name, a YAML "
+        "file, or 'default' for the default run) with its value and where it came from: "
+        "the file, an override or the default")  # fmt: skip
+    add(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import a module of yours first (its algorithms and environments)",
+    )
+    add("overrides", nargs="*", metavar="key=value", help="overrides, with --show")
+    return p
+
+
+def configs_main(argv: list[str], prog: str = "rlax-trpo configs") -> int:
+    """`configs`: the bundled configurations, one per line with algorithm and environment;
+    `configs --show NAME [key=value ...]`: one configuration resolved, as YAML."""
+    args = build_configs_parser(prog).parse_intermixed_args(argv)
+    if args.show is None:
+        if args.overrides or args.imports:
+            raise UsageError("configs: overrides and --import need --show NAME")
+        import yaml
+
+        from rlax_trpo.defaults import CONFIG_DIR, bundled_config_names
+
+        for name in bundled_config_names():
+            raw = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())
+            what = raw.get("env", raw.get("task", ""))
+            print(f"{name:28s} {raw.get('algorithm', 'ppo'):9s} {what}")
+        return 0
+    from rlax_trpo.platform import setup_cpu
+
+    setup_cpu(1)
+    print(_config_sources(args.show, args.overrides, args.imports), end="")
+    return 0
+
+
+def _config_sources(name: str, overrides: list[str], imports: list[str]) -> str:
+    """A config resolved as YAML, every field commented with where its value came from."""
     import yaml
 
-    from rlax_trpo.defaults import CONFIG_DIR, bundled_config_names
+    from rlax_trpo.config import config_from_dict
+    from rlax_trpo.yamlio import merge_overrides, parse_overrides, read_yaml
 
-    for name in bundled_config_names():
-        raw = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())
-        print(f"{name:28s} {raw.get('algorithm', 'ppo'):9s} {raw.get('env', raw.get('task', ''))}")
-    return 0
+    from_file = {} if name == "default" else read_yaml(name)
+    given = parse_overrides(overrides)
+    raw = merge_overrides(from_file, given)
+    if imports:
+        raw["imports"] = list(dict.fromkeys([*raw.get("imports", []), *imports]))
+    config = config_from_dict(raw)
+
+    def source(dotted: str) -> str:
+        if dotted in given or (dotted == "imports" and imports):
+            return "override"
+        node: Any = from_file
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return "default"
+            node = node[part]
+        return "file"
+
+    lines = [f"# {name}: algorithm {config.algorithm}; each value's source: file, override "
+             "or default"]  # fmt: skip
+    for key, value in config.to_dict().items():
+        if isinstance(value, dict) and value and key in ("hp", "model"):
+            lines.append(f"{key}:")
+            for sub, v in value.items():
+                text = yaml.safe_dump({sub: v}, default_flow_style=True).strip()[1:-1]
+                lines.append(f"  {text:40s} # {source(f'{key}.{sub}')}")
+        else:
+            text = yaml.safe_dump({key: value}, default_flow_style=True).strip()[1:-1]
+            lines.append(f"{text:42s} # {source(key)}")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None, prog: str = "rlax-trpo") -> int:
@@ -191,7 +271,7 @@ def main(argv: list[str] | None = None, prog: str = "rlax-trpo") -> int:
         if command == "eval":
             return eval_main(rest, f"{prog} eval")
         if command == "configs":
-            return configs_main(rest)
+            return configs_main(rest, f"{prog} configs")
         return train_main(rest, f"{prog} train" if prog == "rlax-trpo" else prog)
     except (UsageError, ConfigError) as err:
         print(f"error: {err}", file=sys.stderr)

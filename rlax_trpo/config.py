@@ -1,14 +1,27 @@
-"""Static `Config` and vmappable `HParams`, and their loading from YAML and `key=value` overrides.
+"""Configuration: the fields shared by every run, each algorithm's own section, and loading.
+
+A configuration is the shared fields of its kind (`ControlFields`: environment, rollout width,
+networks, normalisation, evaluation; `rlax_trpo.lm.config.LMFields` for language models) plus
+the section of the algorithm it names: the static fields and the hyperparameters that algorithm
+reads, declared in the algorithm's own file and registered with it (`rlax_trpo.algorithms`).
+A key that the chosen algorithm does not read is an error naming the algorithms that do.
+
+    config = Config.create(algorithm="trpo", env="Acrobot-v1", cg_iters=15)
+    config.cg_iters, config.hp.max_kl          # static field, traceable hyperparameter
 
 `Config` fixes shapes and loop lengths; frozen and hashable, it can close over a compiled
-function. `HParams` is a pytree of float scalars that can be traced, vmapped and swept. Both
-are validated by pydantic on the host; a `ConfigError` names the key in one line."""
+function. `config.hp` is the algorithm's `HParams` subclass: a pytree of float32 scalars that
+can be traced, vmapped and swept. YAML files stay flat (`cg_iters: 15`, `hp: {max_kl: 0.02}`).
+Every default is declared once, on its field: `Config.create()` is the default run (PPO on
+CartPole-v1 with RL Zoo's tuned settings), the same as `rlax-trpo train` with no config.
+Validation is pydantic's, on the host; a `ConfigError` names the key in one line.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib
+import functools
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,12 +34,13 @@ from pydantic import (
     Field,
     ValidationError,
     create_model,
-    field_validator,
     model_validator,
 )
 
-from rlax_trpo.defaults import find_config
 from rlax_trpo.errors import ConfigError
+from rlax_trpo.yamlio import merge_overrides, parse_overrides, read_yaml
+
+DEFAULT_ALGORITHM = "ppo"
 
 
 def hp_field(default: float, **bounds: float) -> Any:
@@ -37,45 +51,39 @@ def hp_field(default: float, **bounds: float) -> Any:
 @flax.struct.dataclass
 class HParams:
     """Traceable float hyperparameters (the YAML `hp:` section); a pytree, so `jax.vmap` can
-    sweep any of them. The one list of hyperparameters: `HParamsModel` is derived from it."""
-
-    learning_rate: Any = hp_field(2.5e-4, gt=0)
-    gamma: Any = hp_field(0.99, ge=0, le=1)
-    gae_lambda: Any = hp_field(0.95, ge=0, le=1)
-    clip_eps: Any = hp_field(0.2, gt=0)
-    ent_coef: Any = hp_field(0.01, ge=0)
-    vf_coef: Any = hp_field(0.5, ge=0)
-    max_grad_norm: Any = hp_field(0.5, gt=0)
-    value_clip_eps: Any = hp_field(0.2, gt=0)
-    # Trust region (trpo / npg).
-    max_kl: Any = hp_field(0.01, gt=0)
-    damping: Any = hp_field(0.1, ge=0)
-    line_search_decay: Any = hp_field(0.8, gt=0, lt=1)
-    kl_slack: Any = hp_field(1.0, ge=1)
-    cg_tol: Any = hp_field(1e-5, ge=0)  # CG stops at ||F s - g|| <= cg_tol ||g||
-    value_learning_rate: Any = hp_field(1e-3, gt=0)
-    # KL penalties (ppo kl_fixed / kl_adaptive, grpo).
-    kl_beta: Any = hp_field(1.0, ge=0)
-    kl_target: Any = hp_field(0.01, gt=0)
-    # GRPO.
-    clip_eps_low: Any = hp_field(0.2, gt=0)
-    clip_eps_high: Any = hp_field(0.2, gt=0)
-    std_floor: Any = hp_field(1e-6, gt=0)
+    sweep any of them. Each algorithm declares a subclass with the fields it reads (shared
+    groups live in `rlax_trpo.algorithms.sections`); the pydantic model that validates `hp:` is
+    derived from those fields, their defaults and their bounds (`hparams_model`)."""
 
     @classmethod
     def create(cls, **overrides: float) -> HParams:
-        """HParams with defaults, validated, as float32 scalars."""
-        return _hparams_from_model(validate_hparams(overrides))
+        """This class's hyperparameters with defaults and `overrides`, validated, float32."""
+        model = _validate(hparams_model(cls), overrides, prefix="hp.")
+        return cls(**{k: jnp.float32(v) for k, v in model.model_dump().items()})
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """The hyperparameter names, in declaration order."""
+        return [f.name for f in dataclasses.fields(cls)]
 
     def replace(self, **updates: Any) -> HParams:  # noqa: D102 (documented by flax)
         return flax.struct.dataclasses.replace(self, **updates)
 
 
-def hparams_model(hparams_cls: type, name: str) -> type[BaseModel]:
+@flax.struct.dataclass
+class ControlHParams(HParams):
+    """The hyperparameters every control algorithm reads: the discount (the rollout's reward
+    normalisation and every return estimator use it)."""
+
+    gamma: Any = hp_field(0.99, ge=0, le=1)
+
+
+@functools.cache
+def hparams_model(hparams_cls: type) -> type[BaseModel]:
     """The pydantic model validating a hyperparameter section, derived from the fields (with
     their defaults and bounds) of a struct dataclass declared with `hp_field`."""
     return create_model(
-        name,
+        f"{hparams_cls.__name__}Model",
         __config__=ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False),
         **{
             f.name: (float, Field(f.default, **f.metadata["bounds"]))
@@ -84,108 +92,99 @@ def hparams_model(hparams_cls: type, name: str) -> type[BaseModel]:
     )
 
 
-HParamsModel = hparams_model(HParams, "HParamsModel")
-
-
-class ConfigModel(BaseModel):
-    """Validated static configuration (the YAML top level)."""
+class Section(BaseModel):
+    """Base of every group of static fields: unknown keys and NaN/inf are refused, frozen."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    algorithm: str = "ppo"  # a name in the algorithm registry (`rlax_trpo.algorithms`)
+
+class RunFields(Section):
+    """Fields of every configuration, of any kind."""
+
+    algorithm: str = DEFAULT_ALGORITHM  # a name in the algorithm registry
+    # Modules imported before the config is validated (plugins that register algorithms,
+    # environments or suites): names on the Python path or in the working directory, or
+    # paths of .py files. Recorded in the run folder, so eval, resume and load_policy
+    # import them again.
+    imports: tuple[str, ...] = ()
+
+    def host_checks(self) -> None:
+        """Checks that need more than the values (e.g. that an environment exists)."""
+
+
+class ControlFields(RunFields):
+    """Fields shared by every control algorithm: environment, rollout, networks,
+    normalisation and evaluation. Defaults are those of the default run."""
+
     env: str = "CartPole-v1"
-    num_envs: int = Field(4, gt=0)
-    num_steps: int = Field(128, gt=0)
-    total_env_steps: int = Field(500_000, gt=0)
-    num_epochs: int = Field(4, gt=0)
-    num_minibatches: int = Field(4, gt=0)
-    anneal_lr: bool = True
-    shuffle: Literal["batch", "per_env"] = "batch"  # minibatches: see common.batch_layout
-    clip_value_loss: bool = False
-    optimizer: Literal["adam", "sgd"] = "adam"
-    adam_eps: float = Field(1e-5, gt=0)
-    # Advantage estimation.
-    advantage: Literal["gae", "mc", "nstep"] = "gae"
-    n_step: int = Field(5, gt=0)
-    normalize_advantages: bool = True
+    env_kwargs: dict[str, Any] = Field(default_factory=dict)
+    num_envs: int = Field(8, gt=0)
+    num_steps: int = Field(32, gt=0)
+    total_env_steps: int = Field(200_000, gt=0)
     # Environment wrappers.
     normalize_obs: bool = False
     normalize_reward: bool = False
-    env_kwargs: dict[str, Any] = Field(default_factory=dict)
     # Networks.
     network: Literal["auto", "mlp", "cnn"] = "auto"
     hidden_sizes: tuple[int, ...] = (64, 64)
-    value_hidden_sizes: tuple[int, ...] | None = None
     activation: Literal["tanh", "relu"] = "tanh"
-    # Trust region (trpo / npg) and critic fitting for critic-only updates.
-    cg_iters: int = Field(10, gt=0)
-    cg_solver: Literal["jax", "scan"] = "jax"  # jax.scipy's cg, or exactly cg_iters steps
-    line_search_steps: int = Field(10, gt=0)
-    fisher_fraction: float = Field(1.0, gt=0, le=1)
-    value_epochs: int = Field(10, gt=0)
-    value_minibatches: int = Field(4, gt=0)
-    # PPO penalty form.
-    penalty: Literal["clip", "kl_fixed", "kl_adaptive"] = "clip"
-    # GRPO.
-    group_size: int = Field(8, gt=0)
-    group_advantage: Literal["grpo", "dr_grpo", "rloo"] = "grpo"
-    group_normalizer: Literal["mean", "sqrt"] = "mean"
-    std_ddof: int = Field(0, ge=0)
-    per_step_returns: bool = False
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
-    ref_refresh_every: int = Field(0, ge=0)
-    # Evaluation and logging.
+    # Evaluation.
     eval_episodes: int = Field(10, gt=0)
-    hp: HParamsModel = Field(default_factory=HParamsModel)
-
-    @field_validator("algorithm")
-    @classmethod
-    def _registered(cls, name: str) -> str:
-        from rlax_trpo.algorithms import algorithm_names  # the registry imports no JAX
-
-        if name not in algorithm_names():
-            raise ValueError(f"unknown {name!r}; allowed: {', '.join(algorithm_names())}")
-        return name
 
     @model_validator(mode="after")
-    def _check_sizes(self) -> ConfigModel:
-        batch = self.num_envs * self.num_steps
-        if batch % self.num_minibatches:
-            raise ValueError(
-                f"num_minibatches: {self.num_minibatches} does not divide the batch "
-                f"num_envs x num_steps = {batch}; use a divisor of {batch}"
-            )
-        if self.total_env_steps < batch:
+    def _at_least_one_iteration(self) -> ControlFields:
+        if self.total_env_steps < self.batch_size:
             raise ValueError(
                 f"total_env_steps: {self.total_env_steps} is less than one iteration "
-                f"(num_envs x num_steps = {batch})"
+                f"(num_envs x num_steps = {self.batch_size})"
             )
         return self
 
+    def host_checks(self) -> None:
+        from rlax_trpo.envs import check_env_name  # host-only, before any compilation
 
-def _hparams_from_model(model: Any) -> HParams:
-    return HParams(**{k: jnp.float32(v) for k, v in model.model_dump().items()})
+        check_env_name(self.env)
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_iterations(self) -> int:
+        return self.total_env_steps // self.batch_size
 
 
 class Config:
-    """Frozen, hashable static configuration. Build with `Config.create(**fields)` or `load_config`.
+    """Frozen, hashable configuration of one run. Build with `Config.create(**fields)` or
+    `load_config`.
 
-    Attributes mirror the YAML keys (see `ConfigModel`); `hp` holds the *default*
-    hyperparameters of the file as an `HParams` (floats, passed to `train` separately).
+    Attributes are the YAML keys of the run's kind and algorithm (`rlax-trpo configs --show
+    NAME` lists them); `hp` holds the file's hyperparameters as the algorithm's `HParams`
+    (float32 scalars, passed to `train` separately) and `spec` the algorithm's registry entry.
     """
 
-    __slots__ = ("_model",)
+    __slots__ = ("_model", "_spec")
 
-    def __init__(self, model: ConfigModel):
+    def __init__(self, model: BaseModel, spec: Any):
         object.__setattr__(self, "_model", model)
+        object.__setattr__(self, "_spec", spec)
 
     @classmethod
     def create(cls, **fields: Any) -> Config:
-        return cls(_validate(ConfigModel, fields))
+        return cls(*validate_config(fields))
+
+    @property
+    def spec(self) -> Any:
+        """The algorithm's registry entry (`rlax_trpo.algorithms.AlgorithmSpec`)."""
+        return self._spec
+
+    @property
+    def hp(self) -> HParams:
+        return self._spec.hparams(
+            **{k: jnp.float32(v) for k, v in self._model.hp.model_dump().items()}
+        )
 
     def __getattr__(self, name: str) -> Any:
-        if name == "hp":
-            return _hparams_from_model(self._model.hp)
         return getattr(self._model, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -206,17 +205,8 @@ class Config:
         return Config.create(**merge_overrides(self.to_dict(), updates))
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain YAML-able dict (tuples become lists)."""
+        """Plain YAML-able dict (tuples become lists): what `config.yaml` holds."""
         return _plain(self._model.model_dump())
-
-    # Derived sizes used throughout the library.
-    @property
-    def batch_size(self) -> int:
-        return self.num_envs * self.num_steps
-
-    @property
-    def num_iterations(self) -> int:
-        return self.total_env_steps // self.batch_size
 
 
 def _plain(x: Any) -> Any:
@@ -225,9 +215,82 @@ def _plain(x: Any) -> Any:
     return [_plain(v) for v in x] if isinstance(x, (list, tuple)) else x
 
 
-def validate_hparams(data: dict[str, Any]) -> Any:
-    """Validate an `hp:` mapping (`HParamsModel`); one-line ConfigError naming `hp.<key>`."""
-    return _validate(HParamsModel, data, prefix="hp.")
+@functools.cache
+def config_model(spec: Any) -> type[BaseModel]:
+    """The pydantic model of a whole configuration: the kind's shared fields (`spec.base`),
+    the algorithm's section (`spec.fields`) and its `hp:` section (`spec.hparams`)."""
+    hp_model = hparams_model(spec.hparams)
+    return create_model(
+        f"{spec.fields.__name__}Config",
+        __base__=(spec.fields, spec.base),
+        hp=(hp_model, Field(default_factory=hp_model)),
+    )
+
+
+def validate_config(raw: Any) -> tuple[BaseModel, Any]:
+    """Validate a raw configuration mapping: import its plugins (`imports:`), look up its
+    algorithm, refuse keys the algorithm does not read, check every value. Returns the
+    validated model and the algorithm's spec; raises a one-line ConfigError."""
+    from rlax_trpo.algorithms import get_spec
+    from rlax_trpo.plugins import load_entry_points, load_plugins
+
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config: expected a mapping of keys, got {type(raw).__name__}")
+    imports = raw.get("imports", ())
+    if not isinstance(imports, (list, tuple)) or not all(isinstance(m, str) for m in imports):
+        raise ConfigError(f"imports: expected a list of module names (got {imports!r})")
+    load_entry_points()
+    load_plugins(imports)
+    name = raw.get("algorithm", DEFAULT_ALGORITHM)
+    if not isinstance(name, str):
+        raise ConfigError(f"algorithm: expected a name (got {name!r})")
+    spec = get_spec(name)
+    model_cls = config_model(spec)
+    _check_keys(raw, name, model_cls, spec.hparams.names())
+    return _validate(model_cls, raw), spec
+
+
+def _check_keys(raw: dict, name: str, model_cls: type[BaseModel], hp_names: list[str]) -> None:
+    """A key the algorithm does not read: one line naming who reads it, or the nearest key."""
+    fields = [k for k in model_cls.model_fields if k != "hp"]
+    for key in raw:
+        if key not in model_cls.model_fields:
+            hint = f"did you mean hp.{key}?" if key in hp_names else None
+            raise ConfigError(_not_read(str(key), name, fields, _readers(key, False), hint))
+    hp = raw.get("hp")
+    for key in hp if isinstance(hp, dict) else ():
+        if key not in hp_names:
+            hint = f"{key} is a static field: set it at the top level" if key in fields else None
+            readers = _readers(key, True)
+            raise ConfigError(_not_read(f"hp.{key}", name, [f"hp.{n}" for n in hp_names],
+                                        readers, hint))  # fmt: skip
+
+
+def _not_read(key: str, name: str, allowed: list[str], readers: list[str], hint: str | None):
+    if readers:
+        return f"{key}: not read by algorithm {name}; read by {', '.join(readers)}"
+    if hint is None:
+        close = difflib.get_close_matches(key, allowed, n=1)
+        hint = f"did you mean {close[0]}?" if close else None
+    if hint:
+        return f"{key}: unknown key for algorithm {name} ({hint})"
+    return f"{key}: unknown key; algorithm {name} reads: {', '.join(sorted(allowed))}"
+
+
+def _readers(key: Any, hp: bool) -> list[str]:
+    """The registered algorithms that read `key` (an `hp:` key when `hp`)."""
+    from rlax_trpo.algorithms import algorithm_names, get_spec
+
+    readers = []
+    for name in algorithm_names():
+        try:
+            spec = get_spec(name)
+        except ConfigError:  # a plugin entry that does not import: not a reader
+            continue
+        names = spec.hparams.names() if hp else config_model(spec).model_fields
+        if key in names and key != "hp":
+            readers.append(name)
+    return readers
 
 
 def _validate(model_cls: type[BaseModel], data: dict[str, Any], prefix: str = "") -> Any:
@@ -241,110 +304,27 @@ def _one_line(err: ValidationError, prefix: str = "") -> str:
     first = err.errors()[0]
     key = prefix + ".".join(str(p) for p in first["loc"])
     msg = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        parent = first["loc"][:-1]
-        if not prefix and not parent and first["loc"][-1] in HParamsModel.model_fields:
-            return f"{key}: unknown key (did you mean hp.{key}?)"
-        close = difflib.get_close_matches(str(first["loc"][-1]), _allowed_keys(parent), n=1)
-        near = ".".join([*map(str, parent), close[0]]) if close else ""
-        hint = f" (did you mean {prefix}{near}?)" if close else ""
-        return f"{key}: unknown key{hint}; allowed keys: {', '.join(_allowed_keys(parent))}"
-    if msg.startswith(f"{first['loc'][-1]}:") if first["loc"] else False:
+    if first["type"] == "extra_forbidden":  # nested sections (e.g. an LM model's keys)
+        return f"{key}: unknown key"
+    if first["loc"] and msg.startswith(f"{first['loc'][-1]}:"):
         return msg  # model validators already name their key
     if not first["loc"]:
         return msg
     got = first.get("input")
-    shown = "" if isinstance(got, dict) else f" (got {got!r})"
+    shown = "" if isinstance(got, dict) or first["type"] == "missing" else f" (got {got!r})"
     return f"{key}: {msg}{shown}"
 
 
-def _allowed_keys(parent: tuple) -> list[str]:
-    if parent == ("hp",):
-        return sorted(HParamsModel.model_fields)
-    return sorted(ConfigModel.model_fields)
-
-
-def merge_overrides(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """Return a copy of `base` with dotted keys (`hp.learning_rate`) set to values."""
-    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
-    for dotted, value in overrides.items():
-        node = out
-        parts = dotted.split(".")
-        for part in parts[:-1]:
-            child = node.get(part)
-            if not isinstance(child, dict):
-                child = {}
-                node[part] = child
-            node = child
-        node[parts[-1]] = value
-    return out
-
-
-def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """Parse `key=value` strings; values are read as YAML scalars/lists (`[64,64]`, `true`)."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"override {item!r}: expected key=value (e.g. hp.learning_rate=1e-3)")
-        try:
-            value = yaml.safe_load(text) if text else ""
-        except yaml.YAMLError:
-            value = text
-        if isinstance(value, str):
-            value = _maybe_number(value)
-        out[key.strip()] = value
-    return out
-
-
-def _maybe_number(text: str) -> Any:
-    try:
-        value = float(text)
-    except ValueError:
-        return text
-    integral = value.is_integer() and "e" not in text.lower() and "." not in text
-    return int(value) if integral else value
-
-
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping from a file or a bundled config's name; a missing or malformed one
-    raises a one-line ConfigError."""
-    path = find_config(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML{where}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(
-            f"config file {str(path)!r} must hold a mapping of keys, not a {type(data).__name__}"
-        )
-    return data
-
-
-# Configurations of another kind, by `algorithm:` -> "module:validate" (imported on use).
-CONFIG_KINDS = {"grpo_lm": "rlax_trpo.lm.config:validate"}
-
-
-def config_from_dict(raw: dict[str, Any]) -> Any:
-    """A `Config`, or the config of another kind (`CONFIG_KINDS`, e.g. `algorithm: grpo_lm`),
-    validated; a one-line ConfigError otherwise."""
-    kind = CONFIG_KINDS.get(raw.get("algorithm")) if isinstance(raw, dict) else None
-    if kind is None:
-        return Config.create(**raw)
-    module, _, attr = kind.partition(":")
-    return getattr(importlib.import_module(module), attr)(raw)
+def config_from_dict(raw: dict[str, Any]) -> Config:
+    """A validated `Config` of any kind (control or `algorithm: grpo_lm`), with its host
+    checks (environment names); a one-line ConfigError otherwise."""
+    config = Config(*validate_config(raw))
+    config.host_checks()
+    return config
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Config from a YAML file or bundled name (or defaults) + `key=value` overrides, checked."""
+    """Config from a YAML file or bundled name (or the defaults: the default run) and
+    `key=value` overrides, checked."""
     raw = read_yaml(path) if path is not None else {}
-    raw = merge_overrides(raw, parse_overrides(overrides or []))
-    config = Config.create(**raw)
-    from rlax_trpo.envs import check_env_name  # host-only check, before any compilation
-
-    check_env_name(config.env)
-    return config
+    return config_from_dict(merge_overrides(raw, parse_overrides(overrides or [])))

@@ -124,7 +124,8 @@ def make_networks(config: Any, spec: EnvSpec, with_value: bool = True) -> Networ
     """Policy (and, if `with_value`, a separate critic) for the environment `spec`."""
     cnn = uses_cnn(config, spec)
     hidden = tuple(config.hidden_sizes)
-    value_hidden = tuple(config.value_hidden_sizes or hidden)
+    # The critic's widths: a field of the algorithms that learn one (none for GRPO).
+    value_hidden = tuple(getattr(config, "value_hidden_sizes", None) or hidden)
     if spec.discrete:
         policy_net = CategoricalPolicy(spec.num_actions, hidden, config.activation, cnn)
         to_dist = lambda logits: distrax.Categorical(logits=logits)

@@ -1,8 +1,9 @@
 """`make_program(config)`: what `experiment.run` compiles and drives, for either kind of config.
 
-A control `Config` (gymnax and registered environments) becomes the training loop of
-`rlax_trpo.training` with greedy-episode evaluation; a language-model config
-(`algorithm: grpo_lm`) becomes `rlax_trpo.lm.program`'s.
+A control algorithm's config (gymnax and registered environments) becomes the training loop
+of `rlax_trpo.training` with greedy-episode evaluation (`control_program`); a language-model
+config (`algorithm: grpo_lm`) becomes `rlax_trpo.lm.program`'s. Which one is the algorithm's
+registry entry's choice (`AlgorithmSpec.program`).
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from typing import Any
 from rlax_trpo import report
 from rlax_trpo.config import Config
 from rlax_trpo.evaluate import make_evaluate
-from rlax_trpo.lm.config import LMConfig
-from rlax_trpo.lm.program import make_lm_program
 from rlax_trpo.training import ProgressFn, make_trainer
 from rlax_trpo.types import Program
 
@@ -42,8 +41,9 @@ def control_program(config: Config, progress: ProgressFn | None = None) -> Progr
     )
 
 
-def make_program(config: Config | LMConfig, progress: ProgressFn | None = None) -> Program:
-    """The `Program` of a control or a language-model configuration."""
-    if isinstance(config, LMConfig):
-        return make_lm_program(config, progress)
-    return control_program(config, progress)
+def make_program(config: Config, progress: ProgressFn | None = None) -> Program:
+    """The `Program` of a configuration of any kind, built by its algorithm's registry entry
+    (`AlgorithmSpec.program`: `control_program` for control algorithms)."""
+    from rlax_trpo.algorithms import resolve
+
+    return resolve(config.spec.program)(config, progress)

@@ -1,11 +1,12 @@
-"""Populations of seeds x hyperparameter settings, and robust statistics over seeds.
+"""Populations of seeds x hyperparameter settings.
 
-A sweep is a grid over `HParams` fields (`--sweep hp.learning_rate=1e-4,3e-4`). Every grid
-point ("setting") runs with the same seeds, and the whole grid is one population axis of
-size `settings x seeds`, laid out setting-major: member `m` is setting `m // seeds`, seed
-`m % seeds`. The population is what `jax.vmap` (and the device mesh) runs over; nothing here
-is traced.
-Statistics over seeds live in `rlax_trpo.stats`.
+A sweep is a grid over the hyperparameters of the run's algorithm (`--sweep
+hp.learning_rate=1e-4,3e-4`, any `HParams` field of its `hp:` section, for control and
+language-model runs alike). Every grid point ("setting") runs with the same seeds, and the
+whole grid is one population axis of size `settings x seeds`, laid out setting-major: member
+`m` is setting `m // seeds`, seed `m % seeds`. The population is what `jax.vmap` (and the
+device mesh) runs over; nothing here is traced. Statistics over seeds live in
+`rlax_trpo.stats`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from rlax_trpo.config import ConfigModel, HParamsModel, validate_hparams
+from rlax_trpo.config import Config
 from rlax_trpo.errors import ConfigError
 
 
@@ -46,13 +47,16 @@ class Sweep(NamedTuple):
 NO_SWEEP = Sweep((), ())
 
 
-def parse_sweeps(items: Sequence[str], base_hp: Mapping[str, Any] | None = None) -> Sweep:
-    """Parse `--sweep hp.name=v1,v2,...` arguments into a validated `Sweep`.
+def parse_sweeps(items: Sequence[str], config: Config) -> Sweep:
+    """Parse `--sweep hp.name=v1,v2,...` arguments into a `Sweep` of `config`'s algorithm.
 
     Only `hp.*` fields (traced floats) can be swept in one compiled call; a static field
-    (one that fixes a shape or a loop length) is refused with a one-line `ConfigError`.
-    Each value is validated as the hyperparameter it sets.
+    (one that fixes a shape or a loop length) is refused with a one-line `ConfigError`, as is
+    a hyperparameter the algorithm does not read. Each value is validated as the
+    hyperparameter it sets.
     """
+    hp_names = type(config.hp).names()
+    allowed = ", ".join("hp." + k for k in hp_names)
     names: list[str] = []
     values: list[tuple[float, ...]] = []
     for item in items:
@@ -63,35 +67,38 @@ def parse_sweeps(items: Sequence[str], base_hp: Mapping[str, Any] | None = None)
                 f"--sweep {item!r}: expected hp.name=v1,v2,... (e.g. hp.learning_rate=1e-4,3e-4)"
             )
         field = key.removeprefix("hp.")
-        if field in ConfigModel.model_fields and not key.startswith("hp."):
+        if not key.startswith("hp.") and field in config.to_dict():
             raise ConfigError(
                 f"--sweep {key}: is a static field (it fixes a shape or a loop length, so "
                 f"every value needs its own compile); only hp.* fields can be swept in one "
-                f"call: {', '.join('hp.' + k for k in sorted(HParamsModel.model_fields))}"
+                f"call: {allowed}"
             )
-        if not key.startswith("hp.") or field not in HParamsModel.model_fields:
+        if not key.startswith("hp.") or field not in hp_names:
             raise ConfigError(
-                f"--sweep {key}: unknown hyperparameter; allowed: "
-                f"{', '.join('hp.' + k for k in sorted(HParamsModel.model_fields))}"
+                f"--sweep {key}: not a hyperparameter of {config.algorithm}; allowed: {allowed}"
             )
         if key in names:
             raise ConfigError(f"--sweep {key}: given twice; list all its values once")
-        parsed = []
-        for word in text.split(","):
-            try:
-                parsed.append(float(word))
-            except ValueError:
-                raise ConfigError(
-                    f"--sweep {key}: value {word.strip()!r} is not a number "
-                    f"(expected {key}=v1,v2,...)"
-                ) from None
-        if len(set(parsed)) != len(parsed):
-            raise ConfigError(f"--sweep {key}: repeated value in {text!r}")
+        parsed = _numbers(key, text)
         for v in parsed:  # validate each value against the field's bounds
-            validate_hparams({**(base_hp or {}), field: v})
+            config.replace(**{key: v})
         names.append(key)
         values.append(tuple(parsed))
     return Sweep(tuple(names), tuple(values))
+
+
+def _numbers(key: str, text: str) -> list[float]:
+    parsed = []
+    for word in text.split(","):
+        try:
+            parsed.append(float(word))
+        except ValueError:
+            raise ConfigError(
+                f"--sweep {key}: value {word.strip()!r} is not a number (expected {key}=v1,v2,...)"
+            ) from None
+    if len(set(parsed)) != len(parsed):
+        raise ConfigError(f"--sweep {key}: repeated value in {text!r}")
+    return parsed
 
 
 def population_hparams(base: Any, sweep: Sweep, num_seeds: int) -> Any:

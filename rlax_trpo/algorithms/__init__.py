@@ -1,9 +1,12 @@
-"""The algorithm registry: the one list of algorithm names, and `make_algorithm`.
+"""The algorithm registry: the one list of algorithm names, their configuration sections,
+and `make_algorithm`.
 
-Built-in methods are named by `"module:factory"` strings and imported on first use, so this
-module imports nothing heavy and `Config` validates `algorithm:` against it. A user adds a
-method from outside the package with `register_algorithm(name, factory)`, where
-`factory(config, networks) -> Algorithm` (the record in `rlax_trpo.algorithms.base`).
+Each entry is an `AlgorithmSpec` (`rlax_trpo.algorithms.base`): the factory, the static
+fields and the hyperparameters the method reads (its configuration section), the shared
+fields of its kind and the `Program` builder a run uses. Built-in entries are named by
+`"module:attribute"` strings and imported on first use, so importing this module imports
+nothing heavy. A user adds a method from outside the package with
+`register_algorithm(name, make, fields=..., hparams=...)` (see docs/extending.md).
 """
 
 from __future__ import annotations
@@ -14,22 +17,57 @@ from typing import Any
 
 from rlax_trpo.errors import ConfigError
 
-# name -> factory, or "module:attribute" of a factory (imported on first use).
-_REGISTRY: dict[str, Callable[..., Any] | str] = {
-    "ppo": "rlax_trpo.algorithms.ppo:make_ppo",
-    "trpo": "rlax_trpo.algorithms.trpo:make_trpo",
-    "npg": "rlax_trpo.algorithms.trpo:make_npg",
-    "vpg": "rlax_trpo.algorithms.vpg:make_vpg",
-    "grpo": "rlax_trpo.algorithms.grpo:make_grpo",
+# name -> AlgorithmSpec, or "module:attribute" of one (imported on first use).
+_REGISTRY: dict[str, Any] = {
+    "ppo": "rlax_trpo.algorithms.ppo:SPEC",
+    "trpo": "rlax_trpo.algorithms.trpo:TRPO_SPEC",
+    "npg": "rlax_trpo.algorithms.trpo:NPG_SPEC",
+    "vpg": "rlax_trpo.algorithms.vpg:SPEC",
+    "grpo": "rlax_trpo.algorithms.grpo:SPEC",
+    "grpo_lm": "rlax_trpo.lm.config:SPEC",
 }
 
 
-def register_algorithm(name: str, factory: Callable[..., Any] | str) -> None:
-    """Add (or replace) an algorithm: `factory(config, networks) -> Algorithm`, or its
-    `"module:attribute"` path. Host-side; call it before building a `Config` that names it."""
+def resolve(ref: Any) -> Any:
+    """The object a `"module:attribute"` string names (imported now); anything else as is."""
+    if isinstance(ref, str):
+        module, _, attr = ref.partition(":")
+        return getattr(importlib.import_module(module), attr)
+    return ref
+
+
+def register_algorithm(
+    name: str,
+    make: Callable[..., Any] | str | Any,
+    *,
+    fields: type | None = None,
+    hparams: type | None = None,
+    base: type | None = None,
+    program: Callable[..., Any] | str | None = None,
+) -> None:
+    """Add (or replace) an algorithm.
+
+    Args:
+      name: the `algorithm:` value that selects it.
+      make: `make(config, networks) -> Algorithm`, its `"module:attribute"` path, or a whole
+        `AlgorithmSpec` (then the other arguments must be omitted).
+      fields: a `rlax_trpo.config.Section` subclass with the static fields it reads beyond
+        the shared ones (default: none).
+      hparams: an `HParams` subclass (a `flax.struct.dataclass` of `hp_field`s) with the
+        hyperparameters it reads (default: `ControlHParams`, the discount only).
+      base, program: the shared fields of its kind and the `Program` builder (default: a
+        control algorithm, `ControlFields` and `rlax_trpo.program.control_program`).
+    """
+    from rlax_trpo.algorithms.base import AlgorithmSpec
+
     if not isinstance(name, str) or not name:
         raise ValueError("register_algorithm: the name must be a non-empty string")
-    _REGISTRY[name] = factory
+    if isinstance(make, AlgorithmSpec):
+        if any(x is not None for x in (fields, hparams, base, program)):
+            raise ValueError("register_algorithm: pass either an AlgorithmSpec or its parts")
+        _REGISTRY[name] = make
+        return
+    _REGISTRY[name] = AlgorithmSpec.control(make, fields, hparams, base, program)
 
 
 def algorithm_names() -> list[str]:
@@ -37,21 +75,25 @@ def algorithm_names() -> list[str]:
     return list(_REGISTRY)
 
 
-def get_factory(name: str) -> Callable[..., Any]:
-    """The factory registered under `name`; a one-line ConfigError listing the names if none."""
+def get_spec(name: str) -> Any:
+    """The `AlgorithmSpec` registered under `name`; a one-line ConfigError listing the names
+    if there is none."""
     try:
-        factory = _REGISTRY[name]
+        entry = _REGISTRY[name]
     except KeyError:
-        raise ConfigError(f"algorithm: unknown {name!r}; allowed: {', '.join(_REGISTRY)}") from None
-    if isinstance(factory, str):
-        module, _, attr = factory.partition(":")
-        factory = getattr(importlib.import_module(module), attr)
-    return factory
+        raise ConfigError(
+            f"algorithm: unknown {name!r}; allowed: {', '.join(_REGISTRY)} "
+            "(your own: --import MODULE, see docs/extending.md)"
+        ) from None
+    try:
+        return resolve(entry)
+    except ImportError as err:
+        raise ConfigError(f"algorithm: {name!r} cannot be imported: {err}") from None
 
 
 def make_algorithm(config: Any, networks: Any) -> Any:
     """Build the `Algorithm` named by `config.algorithm` for `networks`."""
-    return get_factory(config.algorithm)(config, networks)
+    return resolve(get_spec(config.algorithm).make)(config, networks)
 
 
-__all__ = ["algorithm_names", "get_factory", "make_algorithm", "register_algorithm"]
+__all__ = ["algorithm_names", "get_spec", "make_algorithm", "register_algorithm", "resolve"]

@@ -38,3 +38,44 @@ class Algorithm(NamedTuple):
     update: Callable[[Params, Any, Any, HParams, jax.Array], tuple[Params, Any, Metrics]]
     collect: Collect | None = None
     critic: bool = True
+
+
+class AlgorithmSpec(NamedTuple):
+    """An algorithm's registry entry: how to build it and the configuration it reads.
+
+    Attributes:
+      make: `make(config, networks) -> Algorithm` (or its `"module:attribute"` path); None
+        for a kind whose `program` builds everything itself (the language-model GRPO).
+      fields: the `Section` of static fields this algorithm reads beyond `base`'s.
+      hparams: the `HParams` subclass of the hyperparameters it reads (`hp:`).
+      base: the fields shared by every algorithm of its kind (`ControlFields`).
+      program: `program(config, progress) -> Program`, what a run compiles and drives (or
+        its `"module:attribute"` path).
+    """
+
+    make: Any
+    fields: type
+    hparams: type
+    base: type
+    program: Any = "rlax_trpo.program:control_program"
+
+    @classmethod
+    def control(
+        cls,
+        make: Any,
+        fields: type | None = None,
+        hparams: type | None = None,
+        base: type | None = None,
+        program: Any = None,
+    ) -> AlgorithmSpec:
+        """A control algorithm's entry; omitted parts default to no fields of its own, the
+        discount as its only hyperparameter, `ControlFields` and the control program."""
+        from rlax_trpo.config import ControlFields, ControlHParams, Section
+
+        return cls(
+            make,
+            fields or Section,
+            hparams or ControlHParams,
+            base or ControlFields,
+            program or "rlax_trpo.program:control_program",
+        )

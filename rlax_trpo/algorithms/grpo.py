@@ -24,15 +24,17 @@ the group baseline.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import chex
+import flax.struct
 import jax
 import jax.numpy as jnp
+from pydantic import Field
 
 from rlax_trpo import advantages as adv_lib
 from rlax_trpo import losses
-from rlax_trpo.algorithms.base import Algorithm
+from rlax_trpo.algorithms.base import Algorithm, AlgorithmSpec
 from rlax_trpo.algorithms.common import (
     anneal,
     make_optimizer,
@@ -40,11 +42,35 @@ from rlax_trpo.algorithms.common import (
     minibatches,
     set_learning_rate,
 )
-from rlax_trpo.config import Config, HParams
+from rlax_trpo.algorithms.sections import OptimizerFields, OptimizerHParams
+from rlax_trpo.config import Config, HParams, hp_field
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.grouped import group_ids, make_grouped_collect
 from rlax_trpo.networks import Networks
 from rlax_trpo.types import Params, Trajectory
+
+
+class GRPOFields(OptimizerFields):
+    """GRPO for control: groups of `group_size` rollouts from copies of one start state."""
+
+    num_epochs: int = Field(4, gt=0)
+    num_minibatches: int = Field(4, gt=0)  # divides the number of groups
+    group_size: int = Field(8, gt=0)
+    group_advantage: Literal["grpo", "dr_grpo", "rloo"] = "grpo"
+    group_normalizer: Literal["mean", "sqrt"] = "mean"
+    std_ddof: int = Field(0, ge=0)
+    per_step_returns: bool = False  # process supervision: normalised returns-to-go
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    ref_refresh_every: int = Field(0, ge=0)  # 0: pi_ref is the initial policy
+
+
+@flax.struct.dataclass
+class GRPOHParams(OptimizerHParams):
+    clip_eps_low: Any = hp_field(0.2, gt=0)
+    clip_eps_high: Any = hp_field(0.2, gt=0)
+    ent_coef: Any = hp_field(0.01, ge=0)
+    kl_beta: Any = hp_field(1.0, ge=0)  # weight of KL(pi || pi_ref)
+    std_floor: Any = hp_field(1e-6, gt=0)
 
 
 class GRPOBatch(NamedTuple):
@@ -289,3 +315,6 @@ def batch_metrics(batch: GRPOBatch, group_size: int) -> dict[str, jax.Array]:
         "grpo/reward_group_std": grouped.std(axis=1).mean(),
         "grpo/steps_per_trajectory": batch.alive.sum(axis=0).mean(),
     }
+
+
+SPEC = AlgorithmSpec.control(make_grpo, GRPOFields, GRPOHParams)

@@ -7,14 +7,16 @@ normalisation; optional value clipping; entropy bonus; global gradient-norm clip
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
+from pydantic import Field, model_validator
 
 from rlax_trpo import losses
-from rlax_trpo.algorithms.base import Algorithm
+from rlax_trpo.algorithms.base import Algorithm, AlgorithmSpec
 from rlax_trpo.algorithms.common import (
     anneal,
     batch_layout,
@@ -25,9 +27,50 @@ from rlax_trpo.algorithms.common import (
     minibatches,
     set_learning_rate,
 )
-from rlax_trpo.config import Config, HParams
+from rlax_trpo.algorithms.sections import (
+    AdvantageFields,
+    AdvantageHParams,
+    MinibatchFields,
+    OptimizerFields,
+    OptimizerHParams,
+)
+from rlax_trpo.config import Config, HParams, hp_field
 from rlax_trpo.networks import Networks
 from rlax_trpo.types import Batch, Params
+
+
+class PPOFields(OptimizerFields, AdvantageFields, MinibatchFields):
+    """PPO's static fields (defaults: RL Zoo's tuned CartPole-v1 settings, the default run)."""
+
+    num_epochs: int = Field(20, gt=0)
+    num_minibatches: int = Field(1, gt=0)
+    clip_value_loss: bool = False
+    penalty: Literal["clip", "kl_fixed", "kl_adaptive"] = "clip"  # PPO paper, sec. 3 / 4
+
+    @model_validator(mode="after")
+    def _minibatches_divide_the_batch(self) -> PPOFields:
+        batch = self.num_envs * self.num_steps
+        if batch % self.num_minibatches:
+            raise ValueError(
+                f"num_minibatches: {self.num_minibatches} does not divide the batch "
+                f"num_envs x num_steps = {batch}; use a divisor of {batch}"
+            )
+        return self
+
+
+@flax.struct.dataclass
+class PPOHParams(OptimizerHParams, AdvantageHParams):
+    """PPO's hyperparameters (defaults: RL Zoo's CartPole-v1 at learning rate 5e-4)."""
+
+    gamma: Any = hp_field(0.98, ge=0, le=1)
+    learning_rate: Any = hp_field(5e-4, gt=0)
+    gae_lambda: Any = hp_field(0.8, ge=0, le=1)
+    clip_eps: Any = hp_field(0.2, gt=0)
+    ent_coef: Any = hp_field(0.0, ge=0)
+    vf_coef: Any = hp_field(0.5, ge=0)
+    value_clip_eps: Any = hp_field(0.2, gt=0)  # with clip_value_loss
+    kl_beta: Any = hp_field(1.0, ge=0)  # initial penalty coefficient (kl_fixed, kl_adaptive)
+    kl_target: Any = hp_field(0.01, gt=0)  # d_targ of kl_adaptive
 
 
 class PPOState(NamedTuple):
@@ -118,3 +161,6 @@ def adapt_kl_beta(beta: jax.Array, kl: jax.Array, kl_target: jax.Array) -> jax.A
     """PPO paper, sec. 4: halve beta if d < d_targ / 1.5, double it if d > 1.5 d_targ."""
     beta = jnp.where(kl < kl_target / 1.5, beta / 2.0, beta)
     return jnp.where(kl > kl_target * 1.5, beta * 2.0, beta)
+
+
+SPEC = AlgorithmSpec.control(make_ppo, PPOFields, PPOHParams)

@@ -18,23 +18,56 @@ torso, which would let the critic's update move the policy outside the trust reg
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
+import flax.struct
 import jax
 import jax.numpy as jnp
+from pydantic import Field
 
 from rlax_trpo import losses
 from rlax_trpo import trust_region as tr
-from rlax_trpo.algorithms.base import Algorithm
+from rlax_trpo.algorithms.base import Algorithm, AlgorithmSpec
 from rlax_trpo.algorithms.common import (
     batch_layout,
     flatten_batch,
     make_critic_batch,
     make_critic_fitter,
 )
-from rlax_trpo.config import Config, HParams
+from rlax_trpo.algorithms.sections import (
+    AdvantageFields,
+    AdvantageHParams,
+    CriticFitterFields,
+    CriticFitterHParams,
+)
+from rlax_trpo.config import Config, HParams, hp_field
 from rlax_trpo.networks import Networks
 from rlax_trpo.types import Batch, Metrics, Params
+
+
+class NPGFields(AdvantageFields, CriticFitterFields):
+    """The natural step's static fields (NPG; TRPO adds the line search)."""
+
+    cg_iters: int = Field(10, gt=0)
+    cg_solver: Literal["jax", "scan"] = "jax"  # jax.scipy's cg, or exactly cg_iters steps
+    fisher_fraction: float = Field(1.0, gt=0, le=1)  # Fisher-vector products on every k-th
+
+
+class TRPOFields(NPGFields):
+    line_search_steps: int = Field(10, gt=0)
+
+
+@flax.struct.dataclass
+class NPGHParams(AdvantageHParams, CriticFitterHParams):
+    max_kl: Any = hp_field(0.01, gt=0)  # delta: 1/2 s^T F s = max_kl
+    damping: Any = hp_field(0.1, ge=0)
+    cg_tol: Any = hp_field(1e-5, ge=0)  # CG stops at ||F s - g|| <= cg_tol ||g||
+
+
+@flax.struct.dataclass
+class TRPOHParams(NPGHParams):
+    line_search_decay: Any = hp_field(0.8, gt=0, lt=1)
+    kl_slack: Any = hp_field(1.0, ge=1)  # accept KL <= kl_slack * max_kl
 
 
 class TRPOState(NamedTuple):
@@ -146,3 +179,7 @@ def make_npg(config: Config, networks: Networks) -> Algorithm:
     """Natural policy gradient: the step sqrt(2 delta / s^T F s) F^-1 g, always applied
     (Kakade 2001; the normalised form of Rajeswaran et al. 2017)."""
     return _make_trust_region_method(config, networks, line_search=False)
+
+
+TRPO_SPEC = AlgorithmSpec.control(make_trpo, TRPOFields, TRPOHParams)
+NPG_SPEC = AlgorithmSpec.control(make_npg, NPGFields, NPGHParams)

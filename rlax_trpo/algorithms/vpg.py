@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 
 from rlax_trpo import losses
-from rlax_trpo.algorithms.base import Algorithm
+from rlax_trpo.algorithms.base import Algorithm, AlgorithmSpec
 from rlax_trpo.algorithms.common import (
     adam_step,
     anneal,
@@ -28,9 +29,26 @@ from rlax_trpo.algorithms.common import (
     make_optimizer,
     set_learning_rate,
 )
-from rlax_trpo.config import Config, HParams
+from rlax_trpo.algorithms.sections import (
+    AdvantageFields,
+    AdvantageHParams,
+    CriticFitterFields,
+    CriticFitterHParams,
+    OptimizerFields,
+    OptimizerHParams,
+)
+from rlax_trpo.config import Config, HParams, hp_field
 from rlax_trpo.networks import Networks
 from rlax_trpo.types import Batch, Params
+
+
+class VPGFields(OptimizerFields, AdvantageFields, CriticFitterFields):
+    """VPG's static fields: the policy optimiser, the advantage estimator, the critic fit."""
+
+
+@flax.struct.dataclass
+class VPGHParams(OptimizerHParams, AdvantageHParams, CriticFitterHParams):
+    ent_coef: Any = hp_field(0.01, ge=0)
 
 
 class VPGState(NamedTuple):
@@ -78,3 +96,6 @@ def make_vpg(config: Config, networks: Networks) -> Algorithm:
         return Params(policy, value), new_state, metrics
 
     return Algorithm(init, make_critic_batch(config, networks), update)
+
+
+SPEC = AlgorithmSpec.control(make_vpg, VPGFields, VPGHParams)

@@ -10,7 +10,7 @@ from rlax_trpo.lm.grpo import (
     Batch,
     GRPOConfig,
     GRPOState,
-    HParams,
+    LMHParams,
     aggregate_loss,
     make_grpo,
 )
@@ -24,7 +24,7 @@ __all__ = [
     "Completion",
     "GRPOConfig",
     "GRPOState",
-    "HParams",
+    "LMHParams",
     "KVCache",
     "ModelConfig",
     "Task",

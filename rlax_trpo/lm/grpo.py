@@ -23,7 +23,7 @@ import optax
 from rlax_trpo import losses
 from rlax_trpo.advantages import group_relative_advantages
 from rlax_trpo.algorithms.common import epochs_of_minibatches, minibatches
-from rlax_trpo.config import hp_field
+from rlax_trpo.config import HParams, hp_field
 from rlax_trpo.lm.model import ModelConfig, Transformer
 from rlax_trpo.lm.sampling import Completion, completion_logits, sample, token_logprobs
 from rlax_trpo.lm.tasks import EOS, Task, sample_train, score
@@ -64,7 +64,7 @@ class GRPOConfig(NamedTuple):
 
 
 @flax.struct.dataclass
-class HParams:
+class LMHParams(HParams):
     """Traceable float hyperparameters (the YAML `hp:` section of a `grpo_lm` config); a
     pytree, so they can be vmapped. `rlax_trpo.lm.config` validates them with these bounds."""
 
@@ -116,12 +116,12 @@ class GRPOState:
 class GRPO(NamedTuple):
     """The algorithm as pure functions (call sites jit them)."""
 
-    init: Callable[[jax.Array, dict, HParams], GRPOState]
-    iteration: Callable[[GRPOState, HParams], tuple[GRPOState, dict]]
+    init: Callable[[jax.Array, dict, LMHParams], GRPOState]
+    iteration: Callable[[GRPOState, LMHParams], tuple[GRPOState, dict]]
     evaluate: Callable[[dict, jax.Array, jax.Array, jax.Array], dict]
     # the pieces of `iteration`, exposed for benchmarks and notebooks
-    collect: Callable[[dict, jax.Array, HParams], Rollout]
-    make_batch: Callable[[dict, dict, Rollout, HParams], tuple[Batch, dict]]
+    collect: Callable[[dict, jax.Array, LMHParams], Rollout]
+    make_batch: Callable[[dict, dict, Rollout, LMHParams], tuple[Batch, dict]]
     update: Callable[..., tuple]
 
 
@@ -178,7 +178,7 @@ def set_hyperparams(opt_state, **values):
 
 
 def grpo_loss(
-    params, batch: Batch, hp: HParams, cfg: GRPOConfig, apply_fn
+    params, batch: Batch, hp: LMHParams, cfg: GRPOConfig, apply_fn
 ) -> tuple[jax.Array, dict]:
     """Token-level clipped GRPO loss with a KL penalty, aggregated by `cfg.loss_agg`.
 
@@ -216,7 +216,7 @@ def make_grpo(model_config: ModelConfig, task: Task, cfg: GRPOConfig) -> GRPO:
     if cfg.max_new_tokens < task.answer_len + 1:
         raise ValueError(f"max_new_tokens must be >= {task.answer_len + 1} for {task.name}")
 
-    def init(key: jax.Array, params, hp: HParams) -> GRPOState:
+    def init(key: jax.Array, params, hp: LMHParams) -> GRPOState:
         opt_state = set_hyperparams(
             optimizer.init(params),
             learning_rate=hp.learning_rate,
@@ -225,7 +225,7 @@ def make_grpo(model_config: ModelConfig, task: Task, cfg: GRPOConfig) -> GRPO:
         )
         return GRPOState(params, params, opt_state, key, jnp.zeros((), jnp.int32))
 
-    def collect(params, key, hp: HParams) -> Rollout:
+    def collect(params, key, hp: LMHParams) -> Rollout:
         """N prompts from the training split, G completions each, scored."""
         k_prompt, k_sample = jax.random.split(key)
         prompts, targets = sample_train(task, k_prompt, cfg.num_prompts)
@@ -237,7 +237,7 @@ def make_grpo(model_config: ModelConfig, task: Task, cfg: GRPOConfig) -> GRPO:
         rewards, exact = score(completion.tokens, targets, hp.partial_credit)
         return Rollout(prompts, targets, completion, rewards, exact)
 
-    def make_batch(params, ref_params, rollout: Rollout, hp: HParams) -> tuple[Batch, dict]:
+    def make_batch(params, ref_params, rollout: Rollout, hp: LMHParams) -> tuple[Batch, dict]:
         """Group advantages, zero-variance weights, and pi_old / pi_ref log-probs."""
         rewards = rollout.rewards.reshape(cfg.num_prompts, cfg.group_size)
         kind = "grpo" if cfg.scale_rewards else "dr_grpo"
@@ -269,7 +269,7 @@ def make_grpo(model_config: ModelConfig, task: Task, cfg: GRPOConfig) -> GRPO:
         }
         return batch, metrics
 
-    def update(params, opt_state, batch: Batch, hp: HParams, key) -> tuple:
+    def update(params, opt_state, batch: Batch, hp: LMHParams, key) -> tuple:
         """mu epochs x minibatches of Adam steps on the GRPO loss."""
         opt_state = set_hyperparams(
             opt_state,
@@ -298,7 +298,7 @@ def make_grpo(model_config: ModelConfig, task: Task, cfg: GRPOConfig) -> GRPO:
         metrics["grpo/ratio_first"] = aux["grpo/ratio_mean"][0, 0]
         return params, opt_state, metrics
 
-    def iteration(state: GRPOState, hp: HParams) -> tuple[GRPOState, dict]:
+    def iteration(state: GRPOState, hp: LMHParams) -> tuple[GRPOState, dict]:
         """One GRPO iteration: collect -> make_batch -> update -> (reference refresh)."""
         key, k_collect, k_update = jax.random.split(state.key, 3)
         rollout = collect(state.params, k_collect, hp)

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlax_trpo.lm.config import LMConfig
+from rlax_trpo.config import Config
 from rlax_trpo.lm.grpo import GRPOState, make_grpo
 from rlax_trpo.lm.model import Transformer, init_params
 from rlax_trpo.lm.sft import warm_start
@@ -37,7 +37,7 @@ class LMTrainState:
     warm_start_loss: jax.Array  # the last supervised loss (NaN without a warm start)
 
 
-def make_lm_program(cfg: LMConfig, progress: Any = None) -> Program:
+def make_lm_program(cfg: Config, progress: Any = None) -> Program:
     """The `Program` of a `grpo_lm` configuration (host side, before any tracing)."""
     task, model_cfg, grpo_cfg = cfg.make_task(), cfg.model_cfg(), cfg.grpo_cfg()
     model = Transformer(model_cfg)
@@ -96,7 +96,7 @@ def make_lm_program(cfg: LMConfig, progress: Any = None) -> Program:
 
     return Program(
         name=f"lm/{cfg.task}",
-        hparams=jax.tree.map(jnp.float32, cfg.hparams()),
+        hparams=cfg.hp,
         init=init,
         run=run,
         evaluate=evaluate,

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from rlax_trpo.lm.grpo import HParams, make_optimizer, set_hyperparams
+from rlax_trpo.lm.grpo import LMHParams, make_optimizer, set_hyperparams
 from rlax_trpo.lm.model import ModelConfig, Transformer
 from rlax_trpo.lm.sampling import completion_logits, token_logprobs
 from rlax_trpo.lm.tasks import PAD, Task, sample_train
@@ -32,7 +32,7 @@ def warm_start(
     task: Task,
     params,
     key: jax.Array,
-    hp: HParams,
+    hp: LMHParams,
     num_steps: int,
     batch_size: int,
 ):
