@@ -5,13 +5,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from rlax_trpo.config import config_from_dict as validate
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.lm import tasks
-from rlax_trpo.lm.config import validate
 from rlax_trpo.lm.grpo import (
     Batch,
     GRPOConfig,
-    HParams,
+    LMHParams,
     aggregate_loss,
     grpo_loss,
     make_grpo,
@@ -105,7 +105,7 @@ def test_padding_contributes_nothing_to_loss_or_kl(loss_agg):
     params = init_params(model, jax.random.key(0))
     batch = _batch(params, jax.random.key(1))
     cfg = GCFG._replace(loss_agg=loss_agg)
-    hp = HParams(kl_beta=0.5)
+    hp = LMHParams(kl_beta=0.5)
     pad = batch.mask == 0
     garbage = batch._replace(
         # what sits at padded positions must not matter: tokens, old and reference log-probs
@@ -129,7 +129,7 @@ def test_padding_contributes_nothing_to_loss_or_kl(loss_agg):
 def test_ratio_is_one_on_first_inner_epoch_and_reference_refresh():
     # partial credit: a random policy's rewards vary within groups, so some groups survive
     # zero-variance masking and the policy moves
-    hp = HParams(learning_rate=1e-2, kl_beta=0.1, partial_credit=0.5)
+    hp = LMHParams(learning_rate=1e-2, kl_beta=0.1, partial_credit=0.5)
     cfg = GCFG._replace(ref_refresh_every=1, mask_zero_std=True, loss_agg="token_mean")
     grpo = make_grpo(MCFG, TASK, cfg)
     params = init_params(Transformer(MCFG), jax.random.key(0))
@@ -162,6 +162,8 @@ def test_config_errors_are_one_line_and_name_the_key():
         validate({**base, "num_prompts": 3, "group_size": 3, "num_minibatches": 2})
     with pytest.raises(ConfigError, match="^bogus: unknown key"):
         validate({**base, "bogus": 1})
+    with pytest.raises(ConfigError, match="^num_envs: not read by algorithm grpo_lm; read by"):
+        validate({**base, "num_envs": 4})
     cfg = validate({**base, "group_size": 4})
     assert cfg.completion_len() == 5 and cfg.grpo_cfg().group_size == 4
 
@@ -175,7 +177,7 @@ def test_kl_penalty_pulls_towards_the_reference():
     batch = batch._replace(advantages=jnp.zeros_like(batch.advantages))
 
     def loss(p, beta):
-        return grpo_loss(p, batch, HParams(kl_beta=beta), GCFG, model.apply)
+        return grpo_loss(p, batch, LMHParams(kl_beta=beta), GCFG, model.apply)
 
     zero = jax.grad(lambda p: loss(p, 0.0)[0])(params)
     assert all(float(jnp.abs(g).max()) == 0.0 for g in jax.tree.leaves(zero))

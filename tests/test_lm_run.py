@@ -147,3 +147,19 @@ def test_the_warm_start_learns_and_becomes_the_reference_policy(task):
     losses = np.asarray(losses)
     assert losses[-5:].mean() < 0.7 * losses[:5].mean(), losses  # supervised learning works
     assert float(state.warm_start_loss) == pytest.approx(float(losses[-1]), rel=1e-4)
+
+
+def test_a_language_model_run_sweeps_its_own_hyperparameters(tmp_path, capsys):
+    """`--sweep` over an LM config's `hp:` works like a control sweep; a control-only
+    hyperparameter is refused naming the LM's own."""
+    out = tmp_path / "sweep"
+    argv = [*TINY, "--config", "grpo_lm_max_digit", "--sweep", "hp.learning_rate=1e-3,3e-3"]
+    assert train.main([*argv, "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["num_settings"] == 2 and summary["population"] == 4
+    assert summary["swept"] == {"hp.learning_rate": [1e-3, 3e-3]}
+    bad = [*TINY, "--sweep", "hp.gae_lambda=0.9,0.95", "--out", str(tmp_path / "bad")]
+    assert train.main(bad) == 2
+    err = capsys.readouterr().err
+    assert "--sweep hp.gae_lambda: not a hyperparameter of grpo_lm; allowed:" in err
+    assert "hp.learning_rate" in err and not (tmp_path / "bad").exists()

@@ -34,6 +34,10 @@ def test_adaptive_beta_rule_table(jit):
     np.testing.assert_allclose(out, expected, rtol=1e-6)
 
 
+# The discount, lambda and entropy bonus these tests were calibrated with (PureJaxRL's).
+CALIBRATED_HP = {"gamma": 0.99, "gae_lambda": 0.95, "ent_coef": 0.01}
+
+
 def _run(penalty: str, iterations: int = 40, epochs: int = 10):
     config = Config.create(
         algorithm="ppo",
@@ -44,7 +48,7 @@ def _run(penalty: str, iterations: int = 40, epochs: int = 10):
         total_env_steps=512 * iterations,
         num_epochs=epochs,
         num_minibatches=4,
-        hp={"learning_rate": 1e-3, "kl_beta": 1.0, "kl_target": TARGET},
+        hp={"learning_rate": 1e-3, "kl_beta": 1.0, "kl_target": TARGET, **CALIBRATED_HP},
     )
     trainer = make_trainer(config)
     keys = jax.random.split(jax.random.key(0), 2)
@@ -85,7 +89,7 @@ def test_the_kl_penalty_holds_the_policy_back():
         total_env_steps=512 * 3,
         num_epochs=10,
         num_minibatches=4,
-        hp={"learning_rate": 3e-3, "kl_target": TARGET},
+        hp={"learning_rate": 3e-3, "kl_target": TARGET, **CALIBRATED_HP},
     )
     trainer = make_trainer(config)
     hps = jax.tree.map(lambda x: jnp.stack([x, x]), config.hp).replace(

@@ -15,17 +15,20 @@ register_probes()
 
 
 def _train(kind, iterations, gamma=0.9, lr=1e-2, algorithm="ppo", **extra):
+    optimizer = dict(anneal_lr=False)
+    optimizer_hp = dict(learning_rate=lr, max_grad_norm=100.0, ent_coef=0.0)
+    own = {  # each algorithm gets only the fields it reads
+        "ppo": dict(num_epochs=4, num_minibatches=2, **optimizer, hp=optimizer_hp),
+        "vpg": dict(**optimizer, hp=optimizer_hp),
+    }.get(algorithm, {"hp": {}})
     config = Config.create(
         algorithm=algorithm,
         env=f"Probe-{kind}",
         num_envs=8,
         num_steps=16,
         total_env_steps=8 * 16 * iterations,
-        num_epochs=4,
-        num_minibatches=2,
         hidden_sizes=[16],
-        anneal_lr=False,
-        hp=dict(gamma=gamma, learning_rate=lr, max_grad_norm=100.0, ent_coef=0.0),
+        **{**own, "hp": dict(gamma=gamma, gae_lambda=0.95, **own["hp"])},
         **extra,
     )
     trainer = make_trainer(config)

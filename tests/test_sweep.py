@@ -85,12 +85,13 @@ def test_iqm_and_bootstrap():
 
 
 def test_population_layout_is_setting_major():
-    sweep = parse_sweeps(["hp.learning_rate=1e-4,1e-3", "hp.clip_eps=0.1,0.2,0.3"])
+    config = Config.create()
+    sweep = parse_sweeps(["hp.learning_rate=1e-4,1e-3", "hp.clip_eps=0.1,0.2,0.3"], config)
     assert [s["hp.clip_eps"] for s in sweep.settings] == [0.1, 0.2, 0.3] * 2
-    hp = population_hparams(Config.create().hp, sweep, num_seeds=2)
+    hp = population_hparams(config.hp, sweep, num_seeds=2)
     np.testing.assert_allclose(hp.learning_rate, [1e-4] * 6 + [1e-3] * 6, rtol=1e-6)
     np.testing.assert_allclose(hp.clip_eps[:6], [0.1, 0.1, 0.2, 0.2, 0.3, 0.3], rtol=1e-6)
-    np.testing.assert_allclose(hp.gamma, np.full(12, 0.99, np.float32))
+    np.testing.assert_allclose(hp.gamma, np.full(12, 0.98, np.float32))
     keys = population_key_data(0, num_seeds=2, num_settings=6)
     assert keys.shape[0] == 12 and (keys[:2] == keys[2:4]).all() and (keys[0] != keys[1]).any()
 
@@ -236,7 +237,11 @@ def test_gif_without_display_or_sound_prints_no_noise(sweep_run, tmp_path):
 
 BAD = [
     (["--sweep", "num_envs=4,8"], "--sweep num_envs: is a static field"),
-    (["--sweep", "hp.bogus=1,2"], "--sweep hp.bogus: unknown hyperparameter; allowed:"),
+    (["--sweep", "hp.bogus=1,2"], "--sweep hp.bogus: not a hyperparameter of ppo; allowed:"),
+    (
+        ["--sweep", "hp.max_kl=0.01,0.02"],
+        "--sweep hp.max_kl: not a hyperparameter of ppo; allowed:",
+    ),
     (["--sweep", "hp.learning_rate=fast,slow"], "value 'fast' is not a number"),
     (["--sweep", "hp.learning_rate=-1,1e-3"], "hp.learning_rate: Input should be greater than 0"),
     (["--sweep", "hp.gamma"], "expected hp.name=v1,v2"),
@@ -267,4 +272,4 @@ def test_bad_flags_one_line_exit_2_nothing_written(argv, expected, tmp_path, cap
 
 def test_parse_sweeps_refuses_static_fields_with_reason():
     with pytest.raises(ConfigError, match="fixes a shape or a loop length"):
-        parse_sweeps(["hidden_sizes=1,2"])
+        parse_sweeps(["hidden_sizes=1,2"], Config.create())
