@@ -132,7 +132,6 @@ HLO_SCRIPT = textwrap.dedent("""
 
     from rlax_trpo import parallel
     from rlax_trpo.config import config_from_dict
-    from rlax_trpo.defaults import DEFAULT_CONFIG
     from rlax_trpo.program import make_program
 
     def compiled_text(raw, devices):
@@ -152,11 +151,8 @@ HLO_SCRIPT = textwrap.dedent("""
     out = {}
     for algo in ("ppo", "trpo"):
         for shuffle in ("batch", "per_env"):
-            raw = {**DEFAULT_CONFIG, "algorithm": algo, "num_envs": 16, "num_steps": 32,
-                   "shuffle": shuffle, "num_minibatches": 4, "value_minibatches": 4}
-            if algo == "trpo":
-                raw = {k: v for k, v in raw.items() if k not in ("num_epochs", "num_minibatches")}
-                raw["hp"] = {}
+            raw = {"algorithm": algo, "num_envs": 16, "num_steps": 32, "shuffle": shuffle,
+                   "num_minibatches" if algo == "ppo" else "value_minibatches": 4}
             for d in (2, 4):
                 text = compiled_text(raw, d)
                 kinds = "all-gather|all-reduce|all-to-all|collective-permute"

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlax_trpo.defaults import CONFIG_DIR, DEFAULT_CONFIG, bundled_config_names
+from rlax_trpo.config import Config, load_config
+from rlax_trpo.defaults import CONFIG_DIR, bundled_config_names
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = shutil.which("rlax-trpo", path=str(Path(sys.executable).parent))
@@ -49,8 +50,7 @@ def test_the_wheel_ships_the_configs_the_command_and_the_license(wheel):
 
 def test_bundled_configs_are_the_checkouts_configs_and_the_default():
     assert (ROOT / "configs").resolve() == CONFIG_DIR
-    default = yaml.safe_load((CONFIG_DIR / "ppo_cartpole.yaml").read_text())
-    assert default == DEFAULT_CONFIG
+    assert load_config("ppo_cartpole").to_dict() == Config.create().to_dict()
 
 
 def test_the_command_trains_and_evaluates_from_an_empty_directory(tmp_path):

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlax_trpo.cli import build_eval_parser, build_parser
-from rlax_trpo.config import Config
-from rlax_trpo.defaults import DEFAULT_CONFIG
+from rlax_trpo.cli import build_configs_parser, build_eval_parser, build_parser
+from rlax_trpo.config import Config, ControlFields
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -44,36 +43,55 @@ def _same(a, b) -> bool:
     return a == b
 
 
-def test_configuration_tables_are_config_and_the_default_run():
+def _flat(config: dict) -> dict:
+    flat = {k: v for k, v in config.items() if k != "hp"}
+    flat.update({f"hp.{k}": v for k, v in config.get("hp", {}).items()})
+    return flat
+
+
+def _config_tables() -> tuple[dict, list[str], dict, dict]:
     section = README.split("## Configuration", 1)[1].split("\n## ", 1)[0]
-    rows = _table_rows(section)
-    defaults = Config.create().to_dict()
-    default_run = Config.create(**DEFAULT_CONFIG).to_dict()
-    flat = {k: v for k, v in defaults.items() if k != "hp"}
-    flat.update({f"hp.{k}": v for k, v in defaults["hp"].items()})
-    used = {k: v for k, v in default_run.items() if k != "hp"}
-    used.update({f"hp.{k}": v for k, v in default_run["hp"].items()})
-    assert sorted(rows) == sorted(flat), "every Config and HParams field, and nothing else"
-    for key, (config_cell, run_cell, meaning) in rows.items():
-        assert _same(_value(config_cell), flat[key]), (key, config_cell, flat[key])
-        if run_cell == "same":
-            assert _same(used[key], flat[key]), (key, "differs from Config", used[key])
-        else:
-            assert _same(_value(run_cell), used[key]), (key, run_cell, used[key])
-            assert not _same(used[key], flat[key]), (key, "should say same")
-        assert meaning, key
+    tables = [block for block in section.split("\n\n") if block.startswith("| key |")]
+    assert len(tables) == 3, "shared fields, per-algorithm fields, language-model fields"
+    header = [c.strip() for c in tables[1].splitlines()[0].strip("|").split("|")][1:-1]
+    return _table_rows(tables[0]), header, _table_rows(tables[1]), _table_rows(tables[2])
+
+
+def test_configuration_tables_are_each_algorithms_fields_and_defaults():
+    shared, algorithms, per_algorithm, lm = _config_tables()
+    defaults = Config.create().to_dict()  # plain YAML values
+    defaults = {k: v for k, v in defaults.items() if k in ControlFields.model_fields}
+    assert sorted(shared) == sorted(defaults), "every shared field, and nothing else"
+    for key, (cell, meaning) in shared.items():
+        assert _same(_value(cell), defaults[key]) and meaning, (key, cell, defaults[key])
+    assert algorithms == ["ppo", "trpo", "npg", "vpg", "grpo"]
+    for i, algorithm in enumerate(algorithms):
+        own = {k: v for k, v in _flat(Config.create(algorithm=algorithm).to_dict()).items()
+               if k not in defaults}  # fmt: skip
+        column = {k: cells[i] for k, cells in per_algorithm.items() if cells[i] != "—"}
+        assert sorted(column) == sorted(own), (algorithm, "what it reads, and nothing else")
+        for key, cell in column.items():
+            assert _same(_value(cell), own[key]), (algorithm, key, cell, own[key])
+    assert all(cells[-1] for cells in per_algorithm.values()), "every row says what it means"
+    lm_defaults = _flat(Config.create(algorithm="grpo_lm").to_dict())
+    lm_defaults = {k: v for k, v in lm_defaults.items() if k not in ("algorithm", "imports")}
+    assert sorted(lm) == sorted(lm_defaults)
+    for key, (cell,) in lm.items():
+        assert _same(_value(cell), lm_defaults[key]), (key, cell, lm_defaults[key])
 
 
 def test_the_table_check_notices_a_wrong_default():
-    wrong = "| `num_envs` | 4 | 16 | parallel environments |"
-    ((config_cell, run_cell, _),) = _table_rows(wrong).values()
-    assert _same(_value(config_cell), Config.create().num_envs)
-    assert not _same(_value(run_cell), Config.create(**DEFAULT_CONFIG).num_envs)
+    wrong = "| `num_envs` | 4 | parallel environments |"
+    ((cell, _),) = _table_rows(wrong).values()
+    assert not _same(_value(cell), Config.create().num_envs)
+    wrong = "| `hp.gamma` | 0.99 | 0.99 | 0.99 | 0.99 | 0.99 | discount |"
+    ((ppo, *_),) = _table_rows(wrong).values()
+    assert not _same(_value(ppo), float(Config.create().hp.gamma))
 
 
 def test_every_command_line_option_is_documented():
     section = README.split("## Command line", 1)[1].split("\n## ", 1)[0]
-    for parser in (build_parser(), build_eval_parser()):
+    for parser in (build_parser(), build_eval_parser(), build_configs_parser()):
         for action in parser._actions:
             for flag in action.option_strings:
                 if flag.startswith("--") and flag != "--help":
