@@ -22,7 +22,7 @@ setup_cpu()  # before JAX starts: one CPU device per core (rlax_trpo/platform.py
 import jax
 import jax.numpy as jnp
 
-from rlax_trpo.lm.config import load_config
+from rlax_trpo.config import load_config
 from rlax_trpo.lm.grpo import make_grpo
 from rlax_trpo.lm.model import Transformer, init_params
 from rlax_trpo.lm.sampling import tempered_log_softmax
@@ -65,7 +65,7 @@ def main():
     parser.add_argument("overrides", nargs="*", help="key=value overrides")
     args = parser.parse_args()
     cfg = load_config(args.config, args.overrides)
-    task, mcfg, gcfg, hp = cfg.make_task(), cfg.model_cfg(), cfg.grpo_cfg(), cfg.hparams()
+    task, mcfg, gcfg, hp = cfg.make_task(), cfg.model_cfg(), cfg.grpo_cfg(), cfg.hp
     model = Transformer(mcfg)
     grpo = make_grpo(mcfg, task, gcfg)
     params = init_params(model, jax.random.key(0))
