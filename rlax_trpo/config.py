@@ -22,18 +22,23 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import flax.struct
 import jax.numpy as jnp
 import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
+    PositiveInt,
     ValidationError,
+    ValidationInfo,
     create_model,
+    field_validator,
     model_validator,
 )
 
@@ -78,6 +83,9 @@ class ControlHParams(HParams):
     gamma: Any = hp_field(0.99, ge=0, le=1)
 
 
+_HPFloat = Annotated[float, BeforeValidator(lambda v: _not_a_boolean(v, float))]
+
+
 @functools.cache
 def hparams_model(hparams_cls: type) -> type[BaseModel]:
     """The pydantic model validating a hyperparameter section, derived from the fields (with
@@ -86,16 +94,38 @@ def hparams_model(hparams_cls: type) -> type[BaseModel]:
         f"{hparams_cls.__name__}Model",
         __config__=ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False),
         **{
-            f.name: (float, Field(f.default, **f.metadata["bounds"]))
+            f.name: (_HPFloat, Field(f.default, **f.metadata["bounds"]))
             for f in dataclasses.fields(hparams_cls)
         },
     )
 
 
 class Section(BaseModel):
-    """Base of every group of static fields: unknown keys and NaN/inf are refused, frozen."""
+    """Base of every group of static fields: unknown keys, NaN/inf and booleans given for
+    numbers are refused; frozen."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _booleans_are_not_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        return _not_a_boolean(value, cls.model_fields[info.field_name].annotation)
+
+
+def _not_a_boolean(value: Any, annotation: Any) -> Any:
+    """`value`, unless it holds a boolean where `annotation` takes none (pydantic would read
+    `num_envs: true` as 1)."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    if any(isinstance(v, bool) for v in items) and bool not in _leaf_types(annotation):
+        raise ValueError("expected a number, not a boolean")
+    return value
+
+
+def _leaf_types(annotation: Any) -> set:
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is Literal:
+        return {type(a) for a in args}
+    return set().union(*map(_leaf_types, args)) if args else {annotation}
 
 
 class RunFields(Section):
@@ -120,13 +150,13 @@ class ControlFields(RunFields):
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
     num_envs: int = Field(8, gt=0)
     num_steps: int = Field(32, gt=0)
-    total_env_steps: int = Field(200_000, gt=0)
+    total_env_steps: int = Field(200_000, gt=0, le=10**12)
     # Environment wrappers.
     normalize_obs: bool = False
     normalize_reward: bool = False
     # Networks.
     network: Literal["auto", "mlp", "cnn"] = "auto"
-    hidden_sizes: tuple[int, ...] = (64, 64)
+    hidden_sizes: tuple[PositiveInt, ...] = (64, 64)
     activation: Literal["tanh", "relu"] = "tanh"
     # Evaluation.
     eval_episodes: int = Field(10, gt=0)

@@ -88,11 +88,11 @@ def test_run_folder(tmp_path, capsys):
 
 
 DIVERGE = {  # algorithm -> (extra settings, the iteration whose rollout holds step 40)
-    "ppo": ([], 2),
+    "ppo": (["num_minibatches=1", "num_epochs=4"], 2),
     "trpo": (["value_minibatches=2"], 2),
     "npg": (["value_minibatches=2"], 2),
     "vpg": (["value_minibatches=2"], 2),
-    "grpo": (["group_size=2", "num_steps=48"], 0),  # every horizon starts at step 1
+    "grpo": (["group_size=2", "num_steps=48", "num_minibatches=1"], 0),  # horizons start at 1
 }
 
 
@@ -107,7 +107,7 @@ def test_divergence_stops_the_run_names_where_and_keeps_the_last_finite_state(
     out = tmp_path / "run"
     argv = ["--out", str(out), "--no-progress", "--chunk-iterations", "1", f"algorithm={algorithm}"]
     argv += ["env=Probe-nan_at_40", "num_envs=2", "num_steps=16", "hidden_sizes=[8]"]
-    argv += ["num_minibatches=1", "total_env_steps=576", "eval_episodes=1", *extra]
+    argv += ["total_env_steps=576", "eval_episodes=1", *extra]
     assert train.main(argv) == 1
     err = capsys.readouterr().err.strip()
     summary = json.loads((out / "summary.json").read_text())

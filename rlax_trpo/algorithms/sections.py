@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import flax.struct
-from pydantic import Field
+from pydantic import Field, PositiveInt
 
 from rlax_trpo.config import ControlHParams, Section, hp_field
 
@@ -32,7 +32,7 @@ class AdvantageFields(Section):
     advantage: Literal["gae", "mc", "nstep"] = "gae"
     n_step: int = Field(5, gt=0)  # with advantage: nstep
     normalize_advantages: bool = True
-    value_hidden_sizes: tuple[int, ...] | None = None  # the critic's widths (default: policy's)
+    value_hidden_sizes: tuple[PositiveInt, ...] | None = None  # critic (None: as the policy)
 
 
 class MinibatchFields(Section):
