@@ -84,6 +84,12 @@ BAD_INPUTS = [
     (["--config", "{latin1}"], "is not UTF-8 text"),
     (["env=CartPole-v9"], "env: unknown environment 'CartPole-v9'"),
     (["total_env_steps=10"], "total_env_steps: 10 is less than one iteration"),
+    (["num_envs=true"], "num_envs: expected a number, not a boolean"),
+    (["hp.learning_rate=true"], "hp.learning_rate: expected a number, not a boolean"),
+    (["hidden_sizes=[0]"], "hidden_sizes.0: Input should be greater than 0"),
+    (["hidden_sizes=[-4]"], "hidden_sizes.0: Input should be greater than 0"),
+    (["value_hidden_sizes=[64,0]"], "value_hidden_sizes.1: Input should be greater than 0"),
+    (["total_env_steps=1e20"], "total_env_steps: "),
     (["--seeds", "0"], "--seeds: must be a positive integer"),
     (["noequals"], "expected key=value"),
 ]

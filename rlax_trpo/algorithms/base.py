@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import jax
 
-from rlax_trpo.config import HParams
+from rlax_trpo.fields import HParams
 from rlax_trpo.rollout import Collect
 from rlax_trpo.types import Metrics, Params, Trajectory
 
@@ -70,7 +70,7 @@ class AlgorithmSpec(NamedTuple):
     ) -> AlgorithmSpec:
         """A control algorithm's entry; omitted parts default to no fields of its own, the
         discount as its only hyperparameter, `ControlFields` and the control program."""
-        from rlax_trpo.config import ControlFields, ControlHParams, Section
+        from rlax_trpo.fields import ControlFields, ControlHParams, Section
 
         return cls(
             make,

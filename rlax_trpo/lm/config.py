@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from rlax_trpo.algorithms.base import AlgorithmSpec
-from rlax_trpo.config import RunFields, Section
+from rlax_trpo.fields import RunFields, Section
 from rlax_trpo.lm.grpo import GRPOConfig, LMHParams
 from rlax_trpo.lm.model import ModelConfig
 from rlax_trpo.lm.tasks import VOCAB_SIZE, Task, make_task

@@ -23,7 +23,7 @@ import optax
 from rlax_trpo import losses
 from rlax_trpo.advantages import group_relative_advantages
 from rlax_trpo.algorithms.common import epochs_of_minibatches, minibatches
-from rlax_trpo.config import HParams, hp_field
+from rlax_trpo.fields import HParams, hp_field
 from rlax_trpo.lm.model import ModelConfig, Transformer
 from rlax_trpo.lm.sampling import Completion, completion_logits, sample, token_logprobs
 from rlax_trpo.lm.tasks import EOS, Task, sample_train, score

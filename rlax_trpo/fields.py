@@ -1,0 +1,192 @@
+"""The fields a configuration is made of: hyperparameter records (`HParams`), static-field
+sections (`Section`), the fields of every run (`RunFields`) and of every control run
+(`ControlFields`). Algorithms compose their own sections from these
+(`rlax_trpo.algorithms.sections`); `rlax_trpo.config` assembles and validates a whole
+configuration. This module imports nothing else of the package (but the environment check,
+on use), so every algorithm can declare its section here without an import cycle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import typing
+from typing import Annotated, Any, Literal
+
+import flax.struct
+import jax.numpy as jnp
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
+
+from rlax_trpo.errors import ConfigError
+
+DEFAULT_ALGORITHM = "ppo"
+
+
+def hp_field(default: float, **bounds: float) -> Any:
+    """A hyperparameter field: its default and its pydantic bounds (gt, ge, lt, le)."""
+    return dataclasses.field(default=default, metadata={"bounds": bounds})
+
+
+@flax.struct.dataclass
+class HParams:
+    """Traceable float hyperparameters (the YAML `hp:` section); a pytree, so `jax.vmap` can
+    sweep any of them. Each algorithm declares a subclass with the fields it reads (shared
+    groups live in `rlax_trpo.algorithms.sections`); the pydantic model that validates `hp:` is
+    derived from those fields, their defaults and their bounds (`hparams_model`)."""
+
+    @classmethod
+    def create(cls, **overrides: float) -> HParams:
+        """This class's hyperparameters with defaults and `overrides`, validated, float32."""
+        model = validate_model(hparams_model(cls), overrides, prefix="hp.")
+        return cls(**{k: jnp.float32(v) for k, v in model.model_dump().items()})
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """The hyperparameter names, in declaration order."""
+        return [f.name for f in dataclasses.fields(cls)]
+
+    def replace(self, **updates: Any) -> HParams:  # noqa: D102 (documented by flax)
+        return flax.struct.dataclasses.replace(self, **updates)
+
+
+@flax.struct.dataclass
+class ControlHParams(HParams):
+    """The hyperparameters every control algorithm reads: the discount (the rollout's reward
+    normalisation and every return estimator use it)."""
+
+    gamma: Any = hp_field(0.99, ge=0, le=1)
+
+
+_HPFloat = Annotated[float, BeforeValidator(lambda v: _not_a_boolean(v, float))]
+
+
+@functools.cache
+def hparams_model(hparams_cls: type) -> type[BaseModel]:
+    """The pydantic model validating a hyperparameter section, derived from the fields (with
+    their defaults and bounds) of a struct dataclass declared with `hp_field`."""
+    return create_model(
+        f"{hparams_cls.__name__}Model",
+        __config__=ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False),
+        **{
+            f.name: (_HPFloat, Field(f.default, **f.metadata["bounds"]))
+            for f in dataclasses.fields(hparams_cls)
+        },
+    )
+
+
+class Section(BaseModel):
+    """Base of every group of static fields: unknown keys, NaN/inf and booleans given for
+    numbers are refused; frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _booleans_are_not_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        return _not_a_boolean(value, cls.model_fields[info.field_name].annotation)
+
+
+def _not_a_boolean(value: Any, annotation: Any) -> Any:
+    """`value`, unless it holds a boolean where `annotation` takes none (pydantic would read
+    `num_envs: true` as 1)."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    if any(isinstance(v, bool) for v in items) and bool not in _leaf_types(annotation):
+        raise ValueError("expected a number, not a boolean")
+    return value
+
+
+def _leaf_types(annotation: Any) -> set:
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is Literal:
+        return {type(a) for a in args}
+    return set().union(*map(_leaf_types, args)) if args else {annotation}
+
+
+class RunFields(Section):
+    """Fields of every configuration, of any kind."""
+
+    algorithm: str = DEFAULT_ALGORITHM  # a name in the algorithm registry
+    # Modules imported before the config is validated (plugins that register algorithms,
+    # environments or suites): names on the Python path or in the working directory, or
+    # paths of .py files. Recorded in the run folder, so eval, resume and load_policy
+    # import them again.
+    imports: tuple[str, ...] = ()
+
+    def host_checks(self) -> None:
+        """Checks that need more than the values (e.g. that an environment exists)."""
+
+
+class ControlFields(RunFields):
+    """Fields shared by every control algorithm: environment, rollout, networks,
+    normalisation and evaluation. Defaults are those of the default run."""
+
+    env: str = "CartPole-v1"
+    env_kwargs: dict[str, Any] = Field(default_factory=dict)
+    num_envs: int = Field(8, gt=0)
+    num_steps: int = Field(32, gt=0)
+    total_env_steps: int = Field(200_000, gt=0, le=10**12)
+    # Environment wrappers.
+    normalize_obs: bool = False
+    normalize_reward: bool = False
+    # Networks.
+    network: Literal["auto", "mlp", "cnn"] = "auto"
+    hidden_sizes: tuple[PositiveInt, ...] = (64, 64)
+    activation: Literal["tanh", "relu"] = "tanh"
+    # Evaluation.
+    eval_episodes: int = Field(10, gt=0)
+
+    @model_validator(mode="after")
+    def _at_least_one_iteration(self) -> ControlFields:
+        if self.total_env_steps < self.batch_size:
+            raise ValueError(
+                f"total_env_steps: {self.total_env_steps} is less than one iteration "
+                f"(num_envs x num_steps = {self.batch_size})"
+            )
+        return self
+
+    def host_checks(self) -> None:
+        from rlax_trpo.envs import check_env_name  # host-only, before any compilation
+
+        check_env_name(self.env)
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_iterations(self) -> int:
+        return self.total_env_steps // self.batch_size
+
+
+def validate_model(model_cls: type[BaseModel], data: dict[str, Any], prefix: str = "") -> Any:
+    """`model_cls` validated from `data`, or a one-line ConfigError naming the key."""
+    try:
+        return model_cls.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_one_line(err, prefix)) from None
+
+
+def _one_line(err: ValidationError, prefix: str = "") -> str:
+    first = err.errors()[0]
+    key = prefix + ".".join(str(p) for p in first["loc"])
+    msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":  # nested sections (e.g. an LM model's keys)
+        return f"{key}: unknown key"
+    if first["loc"] and msg.startswith(f"{first['loc'][-1]}:"):
+        return msg  # model validators already name their key
+    if not first["loc"]:
+        return msg
+    got = first.get("input")
+    shown = "" if isinstance(got, dict) or first["type"] == "missing" else f" (got {got!r})"
+    return f"{key}: {msg}{shown}"
