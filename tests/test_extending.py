@@ -106,6 +106,8 @@ def test_the_page_documents_the_real_records():
         assert block is not None, f"{cls.__name__} is not on the page"
         documented = re.findall(r"^ +(\w+):", block[2], re.M)
         assert tuple(documented) == cls._fields, (cls.__name__, documented)
+    shared = re.search(r"`rlax_trpo\.config\.ControlFields`: (.*?)\)", text, re.S)[1]
+    assert re.findall(r"`(\w+)`", shared) == list(config_lib.ControlFields.model_fields)
     # The table of shared groups lists each group's fields.
     for name, row in re.findall(r"^\| `(\w+)` \| (.*?) \|", text, re.M):
         group = getattr(sections, name, None) or getattr(config_lib, name, None)
@@ -155,6 +157,7 @@ def test_the_pages_example_runs_from_the_command_line(project):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
+    assert "interrupted by SIGINT" in err and "--resume" in err
     assert 8 <= checkpoint.read_meta(chunked / "checkpoint")["iterations_done"] < 32
     resumed = command(project, "train", "--resume", str(chunked), "--no-progress")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -167,15 +170,6 @@ def test_the_pages_example_runs_from_the_command_line(project):
     assert played.returncode == 0, played.stderr[-3000:]
     first = played.stdout.splitlines()[0]
     assert re.fullmatch(r"100 steps, return -\d+\.\d\d", first), played.stdout
-
-
-def test_a_missing_plugin_is_one_line(project):
-    failed = command(project, "train", "--import", "no_such_module_here", "--config", "my.yaml")
-    assert failed.returncode == 2
-    assert failed.stderr.strip() == (
-        f"error: imports: no module named 'no_such_module_here' (not on the Python path nor in "
-        f"{project})"
-    )
 
 
 @pytest.mark.slow
@@ -218,9 +212,6 @@ def test_an_installed_packages_entry_point_is_loaded(tmp_path):
     assert shown.returncode == 0, shown.stderr[-3000:]
     assert re.search(r"^algorithm: vpg_by_entry_point +# override$", shown.stdout, re.M)
     assert re.search(r"^value_epochs: 10 +# default$", shown.stdout, re.M), shown.stdout
-
-    without = command(elsewhere, *show)  # the distribution is not on the path
-    assert without.returncode == 2 and "unknown 'vpg_by_entry_point'" in without.stderr
 
     (info / "entry_points.txt").write_text("[rlax_trpo.plugins]\nmine = not_there_module\n")
     broken = command(elsewhere, *show, env={**ENV, "PYTHONPATH": path})
