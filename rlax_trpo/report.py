@@ -206,6 +206,24 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
+def sig(x: float, digits: int = 3) -> str:
+    """`x` to at most `digits` significant figures in plain notation (0.973, 0.002, 12.5, 475;
+    a larger integer part is kept whole; scientific below 1e-3 and from 1e6), trailing zeros
+    dropped, zero as `0`, never `-0`."""
+    x = float(x)
+    if not math.isfinite(x):
+        return str(x)
+    if x == 0:
+        return "0"
+    size = abs(x)
+    if size < 1e-3 or size >= 1e6:
+        return f"{x:.{digits}g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(size)))
+    text = f"{round(x, decimals):.{decimals}f}"
+    text = text.rstrip("0").rstrip(".") if "." in text else text
+    return text[1:] if float(text) == 0 else text
+
+
 def format_summary(summary: Mapping[str, Any], out: Path) -> str:
     """The lines printed at the end of a run: speed, the result (for a sweep: the best
     setting with its IQM interval, then a line per setting), and the run folder."""
@@ -227,25 +245,25 @@ def format_summary(summary: Mapping[str, Any], out: Path) -> str:
         lines.append(f"run folder: {out}")
         return "\n".join(lines)
     fr, fs = summary.get("final_return_mean"), summary.get("final_return_std")
-    final = f"{fr:.1f} +- {fs:.1f}" if fr is not None else "n/a (no finished episodes)"
+    final = f"{sig(fr)} +- {sig(fs)}" if fr is not None else "n/a (no finished episodes)"
     best = summary.get("best")
     if settings > 1 and best is not None:
         iqm, ci = best["final_return_iqm"], best["final_return_iqm_ci95"]
         lines.append(
-            f"best setting {setting_label(best['hp'])}: final return IQM {iqm:.1f} "
-            f"[{ci[0]:.1f}, {ci[1]:.1f}], mean {final} over {summary['num_seeds']} seed(s)"
+            f"best setting {setting_label(best['hp'])}: final return IQM {sig(iqm)} "
+            f"[{sig(ci[0])}, {sig(ci[1])}], mean {final} over {summary['num_seeds']} seed(s)"
         )
     else:
         lines.append(f"final return (training policy, last 10% of iterations): {final}")
-    lines.append(f"greedy evaluation return: {summary['eval_return_mean']:.1f}")
+    lines.append(f"greedy evaluation return: {sig(summary['eval_return_mean'])}")
     if settings > 1:
         for m in summary["members"]:
             iqm, ci = m["final_return_iqm"], m["final_return_iqm_ci95"]
-            shown = f"IQM {iqm:.1f} [{ci[0]:.1f}, {ci[1]:.1f}]" if iqm is not None else "n/a"
+            shown = f"IQM {sig(iqm)} [{sig(ci[0])}, {sig(ci[1])}]" if iqm is not None else "n/a"
             mark = "  <- best" if best and best["index"] == m["index"] else ""
             lines.append(
                 f"  {setting_label(m['hp'])}: final return {shown}, greedy "
-                f"{m['eval_return_mean']:.1f}{mark}"
+                f"{sig(m['eval_return_mean'])}{mark}"
             )
     lines.append(f"run folder: {out}")
     return "\n".join(lines)
