@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlax_trpo.envs import EnvSpec
+from rlax_trpo.errors import ConfigError
 from rlax_trpo.initializers import orthogonal
 from rlax_trpo.types import Params
 
@@ -115,8 +116,19 @@ class Networks(NamedTuple):
 
 
 def uses_cnn(config: Any, spec: EnvSpec) -> bool:
+    """Whether `config.network` ("auto", "mlp" or "cnn") means the CNN torso for `spec`.
+
+    Raises:
+      ConfigError: `network: cnn` for observations that are not `[height, width, channels]`.
+    """
     if config.network == "auto":
         return len(spec.obs_shape) == 3
+    if config.network == "cnn" and len(spec.obs_shape) != 3:
+        raise ConfigError(
+            f"network: cnn needs image observations [height, width, channels]; "
+            f"{getattr(config, 'env', 'the environment')} gives shape {tuple(spec.obs_shape)} "
+            "(use network=mlp or auto)"
+        )
     return config.network == "cnn"
 
 
