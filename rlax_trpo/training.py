@@ -61,6 +61,8 @@ def make_trainer(config: Config, progress: ProgressFn | None = None) -> Trainer:
     env = make_env(config.env, config.env_kwargs, flatten=not uses_cnn(config, raw_env.spec))
     networks = make_networks(config, env.spec)
     algorithm = make_algorithm(config, networks)
+    if algorithm.check_env is not None:
+        algorithm.check_env(env)
     rollout = algorithm.collect or collect
 
     def init(key: jax.Array, hp: HParams) -> TrainState:

@@ -42,7 +42,7 @@ from rlax_trpo.algorithms.common import (
 )
 from rlax_trpo.config import Config, HParams
 from rlax_trpo.errors import ConfigError
-from rlax_trpo.grouped import group_ids, make_grouped_collect
+from rlax_trpo.grouped import group_ids, make_grouped_collect, warn_short_horizon
 from rlax_trpo.networks import Networks
 from rlax_trpo.types import Params, Trajectory
 
@@ -273,7 +273,17 @@ def make_grpo(config: Config, networks: Networks) -> Algorithm:
         new_state = GRPOState(opt_state, ref_policy, state.updates + 1)
         return Params(policy, params.value), new_state, metrics
 
-    return Algorithm(init, make_batch, update, collect=make_grouped_collect(g), critic=False)
+    def check_env(env: Any) -> None:  # before tracing: a horizon shorter than an episode
+        warn_short_horizon(env, config.num_steps)
+
+    return Algorithm(
+        init,
+        make_batch,
+        update,
+        collect=make_grouped_collect(g),
+        critic=False,
+        check_env=check_env,
+    )
 
 
 def batch_metrics(batch: GRPOBatch, group_size: int) -> dict[str, jax.Array]:
