@@ -6,7 +6,9 @@ observation before the automatic reset, so truncated steps bootstrap from V(fina
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib.metadata
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -46,3 +48,28 @@ class Env(NamedTuple):
     spec: EnvSpec
     name: str
     render: Callable[[list, Any, str], None] | None = None
+
+
+def snapshot_names(
+    distribution: str,
+    module: str,
+    version: str,
+    names: Sequence[str],
+    live: Callable[[], list[str]],
+) -> list[str]:
+    """The environment names a suite's library registers, cheaply.
+
+    `names` is a snapshot of `live()` taken under `version` of the installed `distribution`:
+    while that version is installed and `module` (the library's registry) is not imported
+    yet, nobody can have registered more, so the snapshot is the answer and nothing heavy is
+    imported (an unknown name fails in well under a second). Otherwise `live()` asks the
+    library itself; a library that is not installed has no names.
+    """
+    if module not in sys.modules:
+        try:
+            installed = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            return []
+        if installed == version:
+            return list(names)
+    return live()
