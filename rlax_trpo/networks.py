@@ -110,9 +110,6 @@ class Networks(NamedTuple):
     init: Callable[[jax.Array], Params]
     policy: Callable[[Any, jax.Array], distrax.Distribution]
     value: Callable[[Any, jax.Array], jax.Array]
-    # The raw head (logits, or (mean, log_std)), for code that needs the parameters of the
-    # distribution rather than the distribution (e.g. Fisher matrices in closed form).
-    policy_head: Callable[[Any, jax.Array], Any]
 
 
 def uses_cnn(config: Any, spec: EnvSpec) -> bool:
@@ -152,18 +149,10 @@ def make_networks(config: Any, spec: EnvSpec, with_value: bool = True) -> Networ
         v = value_net.init(k_v, dummy) if with_value else None
         return Params(pi, v)
 
-    def policy_head(params, obs):
-        return policy_net.apply(params, obs)
-
     def policy(params, obs):
         return to_dist(policy_net.apply(params, obs))
 
     def value(params, obs):
         return value_net.apply(params, obs)
 
-    return Networks(init, policy, value, policy_head)
-
-
-def greedy_action(dist: distrax.Distribution) -> jax.Array:
-    """The mode: argmax of a Categorical, the mean of a Gaussian."""
-    return dist.mode()
+    return Networks(init, policy, value)
