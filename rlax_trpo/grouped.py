@@ -20,7 +20,7 @@ from rlax_trpo.envs import Env
 from rlax_trpo.rollout import (
     Collect,
     EnvCarry,
-    Policy,
+    PolicyFn,
     RolloutResult,
     collect,
     fresh_episodes,
@@ -79,7 +79,7 @@ def make_grouped_collect(group_size: int) -> Collect:
     """
 
     def grouped_collect(
-        env: Env, policy: Policy, carry: EnvCarry, key: jax.Array, num_steps: int
+        env: Env, policy: PolicyFn, carry: EnvCarry, key: jax.Array, num_steps: int
     ) -> RolloutResult:
         num_envs = carry.obs.shape[0]
         if num_envs % group_size:
