@@ -219,13 +219,13 @@ def make_grpo(config: Config, networks: Networks) -> Algorithm:
         )
         aux = {
             "policy/loss": total,
-            "policy/kl": losses.masked_mean(kl, mb.alive),
-            "policy/kl_old_new": losses.masked_mean(
+            "policy/kl_ref": losses.masked_mean(kl, mb.alive),
+            "policy/kl_old_new_k3": losses.masked_mean(
                 losses.kl_estimate(log_prob - mb.log_prob, "k3"), mb.alive
             ),
             "policy/entropy": losses.masked_mean(entropy, mb.alive),
-            "grpo/clip_low_frac": low,
-            "grpo/clip_high_frac": high,
+            "grpo/clip_frac_low": low,
+            "grpo/clip_frac_high": high,
             "grpo/ratio_dev": jnp.max(jnp.abs(ratio - 1.0) * mb.alive),
         }
         return total, aux
