@@ -7,11 +7,13 @@ observation before the automatic reset, so truncated steps bootstrap from V(fina
 from __future__ import annotations
 
 import importlib.metadata
+import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 
 
 class EnvSpec(NamedTuple):
@@ -48,6 +50,26 @@ class Env(NamedTuple):
     spec: EnvSpec
     name: str
     render: Callable[[list, Any, str], None] | None = None
+
+
+def flatten_observations(env: Env) -> Env:
+    """`env` with each observation reshaped to a float32 vector (for an MLP); a vector
+    observation is returned as it was."""
+    if len(env.spec.obs_shape) == 1:
+        return env
+    size = math.prod(int(d) for d in env.spec.obs_shape)
+    flat = lambda obs: jnp.asarray(obs, jnp.float32).reshape(size)
+
+    def reset(key: jax.Array) -> tuple[jax.Array, Any]:
+        obs, state = env.reset(key)
+        return flat(obs), state
+
+    def step(key: jax.Array, state: Any, action: jax.Array) -> StepResult:
+        res = env.step(key, state, action)
+        return res._replace(obs=flat(res.obs), final_obs=flat(res.final_obs))
+
+    spec = env.spec._replace(obs_shape=(size,))
+    return env._replace(reset=reset, step=step, spec=spec)
 
 
 def snapshot_names(
