@@ -183,20 +183,15 @@ def group_relative_advantages(
 def group_normalizer(group_size: int, kind: str = "mean") -> float:
     """The divisor of a group's summed loss: G ("mean", GRPO) or sqrt(G) ("sqrt").
 
-    The seed note proposes dividing the group sum by sqrt(G) instead of G; it rescales the
-    gradient by sqrt(G) (a learning-rate change under SGD, nearly a no-op under Adam).
+    Dividing the group sum by sqrt(G) instead of G rescales the gradient by sqrt(G) (a
+    learning-rate change under SGD, nearly a no-op under Adam); docs/grpo_results.md compares
+    the two.
     """
     if kind == "mean":
         return float(group_size)
     if kind == "sqrt":
         return float(group_size) ** 0.5
     raise ValueError(f"unknown group normalizer {kind!r}; use mean or sqrt")
-
-
-def group_sum(x: jax.Array, kind: str = "mean") -> jax.Array:
-    """Per-group aggregate sum_i x_i / c(G) of `x` `[N, G]` -> `[N]`, c from `group_normalizer`."""
-    chex.assert_rank(x, 2)
-    return x.sum(axis=1) / group_normalizer(x.shape[1], kind)
 
 
 def first_episode_mask(terminated: jax.Array, truncated: jax.Array) -> jax.Array:

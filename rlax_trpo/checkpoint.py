@@ -241,19 +241,6 @@ def _shapes_by_path(tree: Any) -> dict[str, tuple[int, ...]]:
 # ---------------------------------------------------------------- simple API
 
 
-def save(
-    path: str | Path,
-    state: Any,
-    config: Config,
-    metrics: Mapping[str, Any] | None = None,
-    meta: Mapping[str, Any] | None = None,
-) -> None:
-    """Write `state` (any pytree, e.g. a TrainState) and `config.yaml` under `path`."""
-    meta = dict(meta or {})
-    meta.setdefault("iterations_done", int(np.max(np.asarray(getattr(state, "iteration", 0)))))
-    save_step(path, state, metrics or {}, meta, config)
-
-
 def restore(path: str | Path, target: Any) -> Any:
     """Restore the latest state saved at `path` into the structure of `target`."""
     return restore_step(path, target)[0]

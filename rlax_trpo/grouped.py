@@ -9,6 +9,7 @@ automatic reset and are masked out, and only the first episode's return is repor
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import jax
@@ -19,7 +20,7 @@ from rlax_trpo.envs import Env
 from rlax_trpo.rollout import (
     Collect,
     EnvCarry,
-    Policy,
+    PolicyFn,
     RolloutResult,
     collect,
     fresh_episodes,
@@ -43,6 +44,31 @@ def grouped_reset(
     return copy(obs), jax.tree.map(copy, state)
 
 
+def horizon_warning(env: Env, num_steps: int) -> str | None:
+    """The warning for a horizon shorter than the environment's episode limit, or None.
+
+    A grouped trajectory ends at the horizon: an episode that has not terminated by then is
+    compared on its partial return and never counts as a finished episode, so with a horizon
+    below the limit of a task that only ends at its limit (Pendulum), no episode finishes.
+    """
+    limit = int(env.spec.max_episode_steps or 0)
+    if not limit or num_steps >= limit:
+        return None
+    return (
+        f"warning: num_steps: the GRPO horizon ({num_steps} step(s)) is shorter than "
+        f"{env.name}'s episode limit ({limit} steps); trajectories are cut at the horizon and "
+        "compared on partial returns, and an episode that does not end within it is never "
+        f"reported as finished (set num_steps={limit} to cover whole episodes)"
+    )
+
+
+def warn_short_horizon(env: Env, num_steps: int) -> None:
+    """Print `horizon_warning` (one line on stderr) if there is one."""
+    text = horizon_warning(env, num_steps)
+    if text:
+        print(text, file=sys.stderr, flush=True)
+
+
 def make_grouped_collect(group_size: int) -> Collect:
     """A rollout with `rollout.collect`'s signature that collects grouped episodes.
 
@@ -53,7 +79,7 @@ def make_grouped_collect(group_size: int) -> Collect:
     """
 
     def grouped_collect(
-        env: Env, policy: Policy, carry: EnvCarry, key: jax.Array, num_steps: int
+        env: Env, policy: PolicyFn, carry: EnvCarry, key: jax.Array, num_steps: int
     ) -> RolloutResult:
         num_envs = carry.obs.shape[0]
         if num_envs % group_size:

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlax_trpo.envs import EnvSpec
+from rlax_trpo.errors import ConfigError
 from rlax_trpo.initializers import orthogonal
 from rlax_trpo.types import Params
 
@@ -109,14 +110,22 @@ class Networks(NamedTuple):
     init: Callable[[jax.Array], Params]
     policy: Callable[[Any, jax.Array], distrax.Distribution]
     value: Callable[[Any, jax.Array], jax.Array]
-    # The raw head (logits, or (mean, log_std)), for code that needs the parameters of the
-    # distribution rather than the distribution (e.g. Fisher matrices in closed form).
-    policy_head: Callable[[Any, jax.Array], Any]
 
 
 def uses_cnn(config: Any, spec: EnvSpec) -> bool:
+    """Whether `config.network` ("auto", "mlp" or "cnn") means the CNN torso for `spec`.
+
+    Raises:
+      ConfigError: `network: cnn` for observations that are not `[height, width, channels]`.
+    """
     if config.network == "auto":
         return len(spec.obs_shape) == 3
+    if config.network == "cnn" and len(spec.obs_shape) != 3:
+        raise ConfigError(
+            f"network: cnn needs image observations [height, width, channels]; "
+            f"{getattr(config, 'env', 'the environment')} gives shape {tuple(spec.obs_shape)} "
+            "(use network=mlp or auto)"
+        )
     return config.network == "cnn"
 
 
@@ -141,18 +150,10 @@ def make_networks(config: Any, spec: EnvSpec, with_value: bool = True) -> Networ
         v = value_net.init(k_v, dummy) if with_value else None
         return Params(pi, v)
 
-    def policy_head(params, obs):
-        return policy_net.apply(params, obs)
-
     def policy(params, obs):
         return to_dist(policy_net.apply(params, obs))
 
     def value(params, obs):
         return value_net.apply(params, obs)
 
-    return Networks(init, policy, value, policy_head)
-
-
-def greedy_action(dist: distrax.Distribution) -> jax.Array:
-    """The mode: argmax of a Categorical, the mean of a Gaussian."""
-    return dist.mode()
+    return Networks(init, policy, value)

@@ -9,7 +9,7 @@ run is unaffected: the CPU client is not its default backend):
   program on one device with its intra-op thread pool, and the small kernels of RL training
   (64-unit layers, a few envs per member) keep that pool mostly idle; `experiment.run` shards
   a population over the devices instead, so every core runs its own members. A one-member
-  run stays on one device, as before.
+  run stays on one device.
 - **Straight-line threefry** (`unroll_threefry_on_cpu`): jax lowers the threefry hash on
   CPU, and only there, as a `fori_loop` of five rounds to save compile time; inside a
   vmapped environment step (every gymnax reset draws a random start state) that loop runs
@@ -29,10 +29,10 @@ run is unaffected: the CPU client is not its default backend):
   (benchmarks/cpu_linalg.py). `RLAX_TRPO_LAPACK=keep` or `=hlo` chooses one lowering
   whatever the device count.
 
-An earlier release also started the backend with a one-thread intra-op pool, to dodge a
-deadlock. The deadlock's cause was a batched LAPACK QR in flax's orthogonal initialiser,
-which blocks a pool thread on tasks queued to the same pool (docs/cpu_qr_deadlock.md);
-`rlax_trpo.initializers.orthogonal` has no LAPACK call, so the pool keeps all its threads.
+The intra-op pool keeps all its threads. A batched LAPACK QR, as in flax's orthogonal
+initialiser, blocks a pool thread on tasks queued to the same pool
+(docs/cpu_qr_deadlock.md); `rlax_trpo.initializers.orthogonal`, which the networks use,
+makes the same matrices without a LAPACK call.
 """
 
 from __future__ import annotations

@@ -127,8 +127,12 @@ def load_policy(run_dir: str | Path, member: int = 0) -> Policy:
     `run_dir`, restored from its latest checkpoint:
 
         policy = rlax_trpo.load_policy("runs/ppo8", member=0)
-        action = jax.jit(policy.act)(obs, key)      # greedy by default
-        policy.evaluate()                          # the run's own greedy evaluation
+        obs, state = policy.env.reset(jax.random.key(0))
+        action = jax.jit(policy.act)(obs)            # greedy by default
+        result = policy.env.step(jax.random.key(1), state, action)   # a `StepResult`
+        policy.evaluate()                            # the run's own greedy evaluation
+
+    README.md ("A trained policy in Python") plays a whole episode this way.
     """
     return SavedRun(run_dir).policy(member)
 

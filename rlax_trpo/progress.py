@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import signal
 import sys
+import threading
 from typing import Any
 
 import numpy as np
@@ -16,10 +17,11 @@ import numpy as np
 class ProgressBar:
     """A tqdm bar fed from inside the compiled run by `jax.debug.callback`.
 
-    The callback may fire once per member per iteration (under vmap) and out of order; the
-    bar shows the furthest iteration reached, the latest mean return reported for it, the
-    ETA, and env steps/s over the whole population. `start` is the iteration a resumed run
-    begins at.
+    The callback may fire once per member per iteration (under vmap), out of order and, when
+    the population is sharded over devices, on several threads at once (a lock makes each
+    call whole: one bar, each iteration counted once). The bar shows the furthest iteration
+    reached, the latest mean return reported for it, the ETA, and env steps/s over the whole
+    population. `start` is the iteration a resumed run begins at.
     """
 
     def __init__(
@@ -38,8 +40,13 @@ class ProgressBar:
         self.done = start
         self.returns: dict[int, list[float]] = {}
         self.bar = None  # created on the first report, so nothing prints before the run
+        self._lock = threading.Lock()
 
     def __call__(self, iteration: Any, latest_return: Any) -> None:
+        with self._lock:
+            self._report(int(iteration) + 1, float(latest_return))
+
+    def _report(self, it: int, ret: float) -> None:
         if self.bar is None:
             from tqdm.auto import tqdm
 
@@ -51,8 +58,6 @@ class ProgressBar:
                 dynamic_ncols=True,
                 leave=True,
             )
-        it = int(iteration) + 1
-        ret = float(latest_return)
         self.returns.setdefault(it, []).append(ret)
         if it > self.done:
             self.bar.update(it - self.done)
@@ -70,8 +75,9 @@ class ProgressBar:
                 self.returns.pop(k)
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+        with self._lock:
+            if self.bar is not None:
+                self.bar.close()
 
 
 class StopRequest:

@@ -10,7 +10,6 @@ import csv
 import json
 import math
 import os
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,39 +54,44 @@ def _fmt(x: float) -> str:
     return "nan" if not math.isfinite(x) else f"{x:.6g}"
 
 
-def _mean_std(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and std over axis 0 ignoring NaN (iterations before any episode ended), quietly."""
-    with np.errstate(invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmean(values, axis=0), np.nanstd(values, axis=0)
-
-
 def plot_curves(
     path: Path,
     curves: Mapping[str, np.ndarray],
     steps_per_iteration: int,
     title: str,
     ylabel: str = "episode/return",
-) -> None:
-    """One line per entry of `curves` (label -> `[seeds, iterations]`): the mean over seeds
-    with a band of +- one std."""
+    smooth: int = 1,
+) -> Any:
+    """One line per entry of `curves` (label -> `[seeds, iterations]`): the statistic the
+    summary reports over seeds (`stats.curve_statistic`: the IQM with a 95% bootstrap band from
+    4 seeds on; the mean and the range with 2-3), named in the legend and on the y axis.
+    `smooth` > 1 first averages each seed over a trailing window of that many iterations.
+    Returns the matplotlib `Figure` it saved to `path`."""
     from matplotlib.figure import Figure  # no pyplot: the caller's backend is left alone
 
     fig = Figure(figsize=(7, 4.5), dpi=100)
     ax = fig.subplots()
+    names, banded = set(), False
     for label, values in curves.items():
+        values = stats.smooth_curves(values, smooth)
         steps = (np.arange(values.shape[-1]) + 1) * steps_per_iteration
-        mean, std = _mean_std(values)
-        (line,) = ax.plot(steps, mean, label=label)
-        if values.shape[0] > 1:
-            ax.fill_between(steps, mean - std, mean + std, alpha=0.2, color=line.get_color())
+        centre, low, high, name, band = stats.curve_statistic(values)
+        names.add(name)
+        shown = f"{label}: {name} of {values.shape[0]} seeds" if values.shape[0] > 1 else label
+        (line,) = ax.plot(steps, centre, label=shown)
+        if band:  # one legend entry names the shading
+            shading = None if banded else f"shaded: {band}"
+            ax.fill_between(steps, low, high, alpha=0.2, color=line.get_color(), label=shading)
+            banded = True
     ax.set_xlabel("environment steps (per seed)")
-    ax.set_ylabel(ylabel)
+    over = f", {'/'.join(sorted(names))} over seeds" if names - {"value"} else ""
+    ax.set_ylabel(f"{ylabel}{over}" + (f", {smooth}-iteration average" if smooth > 1 else ""))
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
+    return fig
 
 
 def return_summary(
@@ -112,6 +116,7 @@ def return_summary(
         "eval_return_std": float(evals.mean(axis=1).std()),
         "eval_return_per_seed": evals.mean(axis=1).tolist(),
         "eval_episodes_per_seed": int(evals.shape[1]),
+        "interval_note": members[chosen]["interval_note"],
     }
     if sweep.names:
         summary["returns_of"] = "best setting"
@@ -155,10 +160,11 @@ def write_run_files(
     sweep: Sweep,
     steps_per_iteration: int,
     curve: str = "episode/return",
+    smooth: int = 1,
 ) -> None:
     """metrics.csv, learning_curve.png (metric `curve` of the best setting), sweep.png (every
-    setting, when swept) and, written last so that a run folder with a summary is whole,
-    summary.json."""
+    setting, when swept; both drawn by `plot_curves`, smoothed over `smooth` iterations) and,
+    written last so that a run folder with a summary is whole, summary.json."""
     seeds = int(summary["num_seeds"])
     settings = sweep.settings or [{}]
     population = len(settings) * seeds
@@ -170,9 +176,8 @@ def write_run_files(
     title = f"{summary['algorithm']} on {summary['env']}"
     returns = metrics[curve].reshape(len(settings), seeds, -1)
     best = (summary.get("best") or {}).get("index", 0)
-    label = f"mean of {seeds} seed(s)"
+    label = f"best setting {setting_label(settings[best])}" if sweep.names else curve
     if sweep.names:
-        label += f", best setting {setting_label(settings[best])}"
         curves = {setting_label(s): r for s, r in zip(settings, returns, strict=True)}
         plot_curves(
             folder / "sweep.png",
@@ -180,9 +185,15 @@ def write_run_files(
             steps_per_iteration,
             f"{title}: {len(settings)} settings x {seeds} seeds",
             curve,
+            smooth,
         )
     plot_curves(
-        folder / "learning_curve.png", {label: returns[best]}, steps_per_iteration, title, curve
+        folder / "learning_curve.png",
+        {label: returns[best]},
+        steps_per_iteration,
+        title,
+        curve,
+        smooth,
     )
     write_json(folder / ".summary.json.tmp", summary)
     os.replace(folder / ".summary.json.tmp", folder / "summary.json")
@@ -206,6 +217,24 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
+def sig(x: float, digits: int = 3) -> str:
+    """`x` to at most `digits` significant figures in plain notation (0.973, 0.002, 12.5, 475;
+    a larger integer part is kept whole; scientific below 1e-3 and from 1e6), trailing zeros
+    dropped, zero as `0`, never `-0`."""
+    x = float(x)
+    if not math.isfinite(x):
+        return str(x)
+    if x == 0:
+        return "0"
+    size = abs(x)
+    if size < 1e-3 or size >= 1e6:
+        return f"{x:.{digits}g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(size)))
+    text = f"{round(x, decimals):.{decimals}f}"
+    text = text.rstrip("0").rstrip(".") if "." in text else text
+    return text[1:] if float(text) == 0 else text
+
+
 def format_summary(summary: Mapping[str, Any], out: Path) -> str:
     """The lines printed at the end of a run: speed, the result (for a sweep: the best
     setting with its IQM interval, then a line per setting), and the run folder."""
@@ -227,25 +256,27 @@ def format_summary(summary: Mapping[str, Any], out: Path) -> str:
         lines.append(f"run folder: {out}")
         return "\n".join(lines)
     fr, fs = summary.get("final_return_mean"), summary.get("final_return_std")
-    final = f"{fr:.1f} +- {fs:.1f}" if fr is not None else "n/a (no finished episodes)"
+    final = f"{sig(fr)} +- {sig(fs)}" if fr is not None else "n/a (no finished episodes)"
     best = summary.get("best")
     if settings > 1 and best is not None:
         iqm, ci = best["final_return_iqm"], best["final_return_iqm_ci95"]
         lines.append(
-            f"best setting {setting_label(best['hp'])}: final return IQM {iqm:.1f} "
-            f"[{ci[0]:.1f}, {ci[1]:.1f}], mean {final} over {summary['num_seeds']} seed(s)"
+            f"best setting {setting_label(best['hp'])}: final return IQM {sig(iqm)} "
+            f"[{sig(ci[0])}, {sig(ci[1])}], mean {final} over {summary['num_seeds']} seed(s)"
         )
     else:
         lines.append(f"final return (training policy, last 10% of iterations): {final}")
-    lines.append(f"greedy evaluation return: {summary['eval_return_mean']:.1f}")
+    lines.append(f"greedy evaluation return: {sig(summary['eval_return_mean'])}")
+    if summary.get("interval_note"):
+        lines.append(f"note: {summary['interval_note']}")
     if settings > 1:
         for m in summary["members"]:
             iqm, ci = m["final_return_iqm"], m["final_return_iqm_ci95"]
-            shown = f"IQM {iqm:.1f} [{ci[0]:.1f}, {ci[1]:.1f}]" if iqm is not None else "n/a"
+            shown = f"IQM {sig(iqm)} [{sig(ci[0])}, {sig(ci[1])}]" if iqm is not None else "n/a"
             mark = "  <- best" if best and best["index"] == m["index"] else ""
             lines.append(
                 f"  {setting_label(m['hp'])}: final return {shown}, greedy "
-                f"{m['eval_return_mean']:.1f}{mark}"
+                f"{sig(m['eval_return_mean'])}{mark}"
             )
     lines.append(f"run folder: {out}")
     return "\n".join(lines)

@@ -12,9 +12,10 @@ import jax.numpy as jnp
 from rlax_trpo.envs import Env
 from rlax_trpo.types import EpisodeStats, Trajectory
 
-# The acting policy: observations `[B, ...]` (raw, as the environment returns them) -> a
-# distribution over actions. It closes over the parameters and any observation transform.
-Policy = Callable[[jax.Array], distrax.Distribution]
+# The acting policy function: observations `[B, ...]` (raw, as the environment returns them)
+# -> a distribution over actions. It closes over the parameters and any observation transform.
+# (`rlax_trpo.Policy` is another thing: one trained member of a saved run.)
+PolicyFn = Callable[[jax.Array], distrax.Distribution]
 
 
 class EnvCarry(NamedTuple):
@@ -35,7 +36,7 @@ class RolloutResult(NamedTuple):
 
 # `collect(env, policy, carry, key, num_steps) -> RolloutResult`; an algorithm may bring its
 # own (`Algorithm.collect`), e.g. GRPO's grouped rollouts.
-Collect = Callable[[Env, Policy, EnvCarry, jax.Array, int], RolloutResult]
+Collect = Callable[[Env, PolicyFn, EnvCarry, jax.Array, int], RolloutResult]
 
 
 def reset_envs(env: Env, key: jax.Array, num_envs: int) -> tuple[jax.Array, Any]:
@@ -49,7 +50,7 @@ def fresh_episodes(num_envs: int) -> EpisodeStats:
 
 
 def collect(
-    env: Env, policy: Policy, carry: EnvCarry, key: jax.Array, num_steps: int
+    env: Env, policy: PolicyFn, carry: EnvCarry, key: jax.Array, num_steps: int
 ) -> RolloutResult:
     """Run the sampling policy for `num_steps` steps in every environment.
 

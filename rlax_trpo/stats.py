@@ -87,6 +87,82 @@ def bootstrap_ci(
     return float(lo), float(hi)
 
 
+MIN_SEEDS_FOR_INTERVAL = 4
+
+
+def few_seeds_note(num_seeds: int) -> str | None:
+    """Why the IQM and the interval of fewer than 4 seeds say little, or None from 4 on.
+
+    With n < 4 the IQM drops `floor(n/4) = 0` values (it is the mean), and the percentile
+    bootstrap's 2.5% and 97.5% quantiles are the smallest and largest value (a resample of
+    only the smallest value has probability `n**-n >= 1/27 > 2.5%`): the range, not a
+    confidence interval.
+    """
+    if num_seeds >= MIN_SEEDS_FOR_INTERVAL:
+        return None
+    return (
+        f"{num_seeds} seed(s) are too few for an IQM or a 95% bootstrap interval: the IQM is "
+        f"the mean and the interval is the range (min to max); use {MIN_SEEDS_FOR_INTERVAL} "
+        "or more seeds"
+    )
+
+
+def smooth_curves(values: np.ndarray, window: int) -> np.ndarray:
+    """Trailing moving average over `window` iterations of each row of `[seeds, iterations]`,
+    over the finite values in the window (NaN where the window has none)."""
+    values = np.asarray(values, np.float64)
+    if window <= 1:
+        return values
+    finite = np.isfinite(values)
+    zeros = np.zeros(values.shape[:-1] + (1,))
+    sums = np.concatenate([zeros, np.cumsum(np.where(finite, values, 0.0), -1)], -1)
+    counts = np.concatenate([zeros, np.cumsum(finite, -1)], -1)
+    ends = np.arange(1, values.shape[-1] + 1)
+    starts = np.maximum(ends - window, 0)
+    total, count = sums[..., ends] - sums[..., starts], counts[..., ends] - counts[..., starts]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def curve_statistic(
+    values: np.ndarray, num_resamples: int = 1000, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, str, str]:
+    """Per iteration of `[seeds, iterations]`: (centre, low, high, centre's name, band's name).
+
+    From 4 finite seeds on, the IQM with a 95% percentile-bootstrap interval of the IQM, as
+    the summary reports final returns; with 2-3 the mean and the range (what the IQM and the
+    bootstrap come to there, `few_seeds_note`); with 1 the value and no band. NaN values
+    (iterations before a seed's first finished episode) are left out.
+    """
+    values = np.asarray(values, np.float64)
+    n, iters = values.shape
+    centre, low, high = (np.full(iters, np.nan) for _ in range(3))
+    finite = np.isfinite(values)
+    rng = np.random.default_rng(seed)
+    for k in np.unique(finite.sum(0)):
+        cols = np.nonzero(finite.sum(0) == k)[0]
+        if k == 0:
+            continue
+        # Each column's finite values first (sorted), so x[:, :k] holds them.
+        x = np.sort(np.where(finite[:, cols], values[:, cols], np.inf), axis=0)[:k].T
+        if k < MIN_SEEDS_FOR_INTERVAL:
+            centre[cols], low[cols], high[cols] = x.mean(1), x.min(1), x.max(1)
+            continue
+        centre[cols] = iqm(x)
+        idx = rng.integers(0, k, size=(num_resamples, k))
+        step = max(1, 4_000_000 // (num_resamples * k))  # bounded memory
+        for a in range(0, len(cols), step):
+            boot = iqm(x[a : a + step][:, idx])  # [columns, resamples]
+            low[cols[a : a + step]], high[cols[a : a + step]] = np.quantile(
+                boot, [0.025, 0.975], axis=-1
+            )
+    if n == 1:
+        return centre, low, high, "value", ""
+    if n < MIN_SEEDS_FOR_INTERVAL:
+        return centre, low, high, "mean", "range (min to max)"
+    return centre, low, high, "IQM", "95% bootstrap CI"
+
+
 def member_summaries(
     finals: np.ndarray,
     sweep: Sweep,
@@ -96,7 +172,8 @@ def member_summaries(
     """One summary per setting from per-member final returns `[settings x seeds]`.
 
     Each has the setting's values, `final_return_mean`/`_std`, `final_return_iqm`, and 95%
-    bootstrap intervals of the mean and of the IQM over the seeds with a finished episode.
+    bootstrap intervals of the mean and of the IQM over the seeds with a finished episode,
+    and `interval_note` (`few_seeds_note`: None from 4 such seeds on).
     Returns the list and the index of the best setting (highest IQM; None if no setting
     finished an episode).
     """
@@ -115,6 +192,7 @@ def member_summaries(
                     "final_return_mean_ci95": list(bootstrap_ci(ok, np.mean)),
                     "final_return_iqm_ci95": list(bootstrap_ci(ok, iqm)),
                     "seeds_with_episodes": int(ok.size),
+                    "interval_note": few_seeds_note(int(ok.size)),
                 }
             )
             key = (entry["final_return_iqm"], entry["final_return_mean"])
@@ -129,6 +207,7 @@ def member_summaries(
                     "final_return_mean_ci95": None,
                     "final_return_iqm_ci95": None,
                     "seeds_with_episodes": 0,
+                    "interval_note": "no seed finished an episode",
                 }
             )
         if eval_returns is not None:

@@ -22,6 +22,7 @@ from rlax_trpo.algorithms import make_algorithm
 from rlax_trpo.algorithms.base import Algorithm
 from rlax_trpo.config import Config, HParams
 from rlax_trpo.envs import Env, make_env
+from rlax_trpo.envs.base import flatten_observations
 from rlax_trpo.networks import Networks, make_networks, uses_cnn
 from rlax_trpo.normalization import (
     RunningMeanStd,
@@ -57,10 +58,13 @@ def make_trainer(config: Config, progress: ProgressFn | None = None) -> Trainer:
         iteration from inside the compiled run (`jax.debug.callback`; under `vmap` it is
         called once per seed). This is the only host interaction inside the scan.
     """
-    raw_env = make_env(config.env, config.env_kwargs, flatten=False)
-    env = make_env(config.env, config.env_kwargs, flatten=not uses_cnn(config, raw_env.spec))
+    env = make_env(config.env, config.env_kwargs, flatten=False)
+    if not uses_cnn(config, env.spec):  # an MLP reads images and matrices as vectors
+        env = flatten_observations(env)
     networks = make_networks(config, env.spec)
     algorithm = make_algorithm(config, networks)
+    if algorithm.check_env is not None:
+        algorithm.check_env(env)
     rollout = algorithm.collect or collect
 
     def init(key: jax.Array, hp: HParams) -> TrainState:

@@ -7,7 +7,8 @@ import pytest
 
 from rlax_trpo import advantages as adv
 
-# rlax's GAE test data (REFERENCES.md): two sequences, T = 5, T + 1 values.
+# rlax's GAE test data (`TruncatedGeneralizedAdvantageEstimationTest` in rlax's
+# rlax/_src/multistep_test.py): two sequences, T = 5, T + 1 values.
 R = np.array([[0, 0, 1, 0, -0.5], [0, 0, 0, 0, 1]], np.float32)
 V = np.array([[1, 4, -3, -2, -1, -1], [-3, -2, -1, 0, 5, -1]], np.float32)
 D = np.array([[0.99] * 5, [0.9, 0.9, 0.9, 0.0, 0.9]], np.float32)

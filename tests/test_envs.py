@@ -1,5 +1,11 @@
 """The gymnax 1.0 contract, names, spaces and running statistics."""
 
+import importlib
+import importlib.metadata
+import importlib.util
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,12 +16,60 @@ from rlax_trpo.errors import ConfigError
 from rlax_trpo.normalization import RunningMeanStd
 
 
-def test_unknown_env_lists_valid_names():
+def test_unknown_env_lists_valid_names_by_suite():
     with pytest.raises(ConfigError) as err:
         check_env_name("CartPole-v0")
-    msg = str(err.value)
-    assert "\n" not in msg and "CartPole-v1" in msg and "Breakout-MinAtar" in msg
-    assert "did you mean 'CartPole-v1'" in msg
+    first, *rest = str(err.value).splitlines()
+    assert first == (
+        "env: unknown environment 'CartPole-v0' (did you mean 'CartPole-v1'?); "
+        "valid names by suite:"
+    )
+    assert rest[0].startswith("  gymnax (no prefix): CartPole-v1, Pendulum-v1,")
+    assert rest[-1] == "  registered: MaxDigit-qa"
+    assert all(len(line) <= 100 and line.startswith("  ") for line in rest)
+    listed = " ".join(rest)
+    assert "Breakout-MinAtar" in listed
+    assert len(rest) < 30  # a few lines per suite, not one line per name
+    for suite in ("brax", "playground", "jumanji"):
+        assert (f"  {suite}/: " in listed) == bool(importlib.util.find_spec(suite_modules[suite]))
+
+
+suite_modules = {"brax": "brax", "playground": "mujoco_playground", "jumanji": "jumanji"}
+
+
+def test_unknown_env_is_refused_without_importing_the_suites():
+    code = (
+        "import sys, time\n"
+        "t = time.perf_counter()\n"
+        "from rlax_trpo.envs import check_env_name\n"
+        "try:\n"
+        "    check_env_name('CartPol-v1')\n"
+        "except Exception as err:\n"
+        "    print(str(err).splitlines()[0])\n"
+        "print(sorted(m for m in ('gymnax', 'brax', 'mujoco_playground', 'jumanji') "
+        "if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    first, imported = done.stdout.splitlines()
+    assert "(did you mean 'CartPole-v1'?)" in first
+    assert imported == "[]"  # importing gymnax and brax to list names took 8-9 s
+
+
+@pytest.mark.parametrize("suite", ["gymnax", "brax", "playground", "jumanji"])
+def test_name_snapshots_are_the_installed_libraries(suite):
+    module = importlib.import_module(f"rlax_trpo.envs.{suite}_suite")
+    version, names = module.SNAPSHOT
+    distribution = {"gymnax": "gymnax"}.get(suite, suite)
+    try:
+        installed = importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        assert module.names() == module.live_names() == []
+        return
+    live = module.live_names()
+    if installed == version:
+        assert live == list(names)
+    assert module.names() == live  # the snapshot, or the library's own list
 
 
 def test_step_keeps_termination_truncation_and_final_obs_apart():
@@ -120,3 +174,22 @@ def test_reward_scaling_divides_by_the_running_std_of_discounted_returns():
             np.testing.assert_allclose(new.obs, expected, rtol=2e-3, atol=2e-3)
         seen_obs.append(obs.reshape(-1, 2))
         np.testing.assert_allclose(stats.return_acc, acc, rtol=1e-5, atol=1e-6)
+
+
+def test_trainer_builds_the_environment_once_and_flattens_for_an_mlp(monkeypatch):
+    from rlax_trpo import Config, training
+
+    made = []
+    real = training.make_env
+    monkeypatch.setattr(training, "make_env", lambda *a, **k: made.append(a) or real(*a, **k))
+    config = Config.create(env="Breakout-MinAtar", network="mlp", num_envs=2, num_steps=4)
+    env = training.make_trainer(config).env
+    assert len(made) == 1
+    flat = make_env("Breakout-MinAtar", flatten=True)  # gymnax's own flattening
+    assert env.spec == flat.spec and env.spec.obs_shape == (400,)
+    key = jax.random.key(3)
+    (obs, state), (ref, ref_state) = env.reset(key), flat.reset(key)
+    np.testing.assert_array_equal(obs, ref)
+    res, ref_res = env.step(key, state, 1), flat.step(key, ref_state, 1)
+    np.testing.assert_array_equal(res.obs, ref_res.obs)
+    np.testing.assert_array_equal(res.final_obs, ref_res.final_obs)

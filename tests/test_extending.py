@@ -35,9 +35,9 @@ from rlax_trpo import Algorithm, Config, ConfigError, checkpoint
 from rlax_trpo.advantages import monte_carlo_from_env
 from rlax_trpo.algorithms import sections
 from rlax_trpo.algorithms.common import (
-    adam_step,
     flatten_batch,
     make_optimizer,
+    optimizer_step,
     set_learning_rate,
 )
 from rlax_trpo.envs import Env, EnvSpec, StepResult, valid_env_names
@@ -250,7 +250,7 @@ def make_toy_reinforce(config: Config, networks) -> Algorithm:
 
         grads = jax.grad(loss)(params.policy)
         opt_state = set_learning_rate(state.opt_state, hp.learning_rate)
-        policy, opt_state, norm = adam_step(
+        policy, opt_state, norm = optimizer_step(
             optimizer, params.policy, opt_state, grads, hp.max_grad_norm
         )
         return Params(policy, None), ToyState(opt_state), {"toy/grad_norm": norm}

@@ -100,11 +100,11 @@ def test_equal_rewards_give_zero_advantage_and_no_nan(kind):
     np.testing.assert_array_equal(np.asarray(adv)[[0, 2]], 0.0)
 
 
-def test_group_sum_normalisers():
-    x = jnp.ones((3, 16))
-    np.testing.assert_allclose(adv_lib.group_sum(x, "mean"), 1.0)
-    np.testing.assert_allclose(adv_lib.group_sum(x, "sqrt"), 4.0)
+def test_group_normalisers():
+    assert adv_lib.group_normalizer(16, "mean") == 16.0
     assert adv_lib.group_normalizer(64, "sqrt") == 8.0
+    with pytest.raises(ValueError, match="unknown group normalizer"):
+        adv_lib.group_normalizer(4, "max")
 
 
 def test_first_episode_mask_and_returns_to_go_by_hand():
@@ -195,12 +195,14 @@ def test_ratio_is_one_on_first_inner_epoch_and_metrics_present():
         "grpo/zero_std_frac",
         "grpo/adv_mean",
         "grpo/adv_std",
-        "grpo/clip_low_frac",
-        "grpo/clip_high_frac",
-        "policy/kl",
+        "grpo/clip_frac_low",
+        "grpo/clip_frac_high",
+        "policy/kl_ref",
+        "policy/kl_old_new_k3",
         "policy/entropy",
     ):
         assert np.isfinite(float(metrics[key])), key
+    assert "policy/kl" not in metrics  # KL to the reference is policy/kl_ref
     assert params.value is None
 
 
@@ -349,3 +351,39 @@ def test_kl_to_the_reference_pulls_the_policy_back():
     unchanged = jax.tree.map(lambda a, b: np.array_equal(a, b), moved[0.0], params.policy)
     assert all(jax.tree.leaves(unchanged))
     assert kl_to_ref(moved[1.0]) < 0.9 * kl_to_ref(params.policy)
+
+
+def test_horizon_shorter_than_the_episode_limit_warns_once_before_tracing(capsys):
+    from rlax_trpo.training import make_trainer
+
+    base = dict(algorithm="grpo", num_envs=4, group_size=2, num_minibatches=1)
+    make_trainer(Config.create(**base, env="Pendulum-v1", num_steps=1, total_env_steps=8))
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("warning: num_steps: the GRPO horizon (1 ")
+    assert "Pendulum-v1's episode limit (200 steps)" in err and "num_steps=200" in err
+    for env, steps in (("Pendulum-v1", 200), ("MaxDigit-qa", 1), ("CartPole-v1", 500)):
+        make_trainer(Config.create(**base, env=env, num_steps=steps, total_env_steps=8 * steps))
+        assert capsys.readouterr().err == "", env
+
+
+def test_cli_warns_of_a_short_horizon_before_compiling(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    argv = ["--config", "grpo_qa_bandit", "env=Pendulum-v1", "--out", str(tmp_path / "run"),
+            "--no-progress", "num_envs=4", "group_size=2", "total_env_steps=16",
+            "eval_episodes=1"]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(root / "train.py"), *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # one stream, in the order written
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("warning: num_steps")]
+    assert "episode limit (200 steps)" in line
+    assert done.stdout.index(line) < done.stdout.index("compiling")
+    assert "n/a (no finished episodes)" in done.stdout

@@ -45,3 +45,16 @@ def test_cnn_for_minatar():
     obs, _ = env.reset(jax.random.key(1))
     logits = nets.policy(params.policy, obs[None]).logits
     assert logits.shape == (1, env.spec.num_actions)
+
+
+def test_cnn_on_vector_observations_is_one_line_error_before_compiling(tmp_path, capsys):
+    import train
+
+    out = tmp_path / "run"
+    argv = ["--config", "ppo_breakout_minatar", "env=CartPole-v1", "--out", str(out)]
+    assert train.main([*argv, "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and "compiling" not in captured.out
+    assert captured.err.startswith("error: network: cnn needs image observations")
+    assert "CartPole-v1 gives shape (4,)" in captured.err
+    assert not out.exists()

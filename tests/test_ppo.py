@@ -29,7 +29,7 @@ def test_first_minibatch_ratio_is_one(extra):
     assert float(np.max(metrics["ppo/first_ratio_dev"])) < 1e-5
     assert float(np.max(metrics["ppo/first_clip_frac"])) == 0.0
     # ... and later minibatches do move the policy (the check is not vacuous).
-    assert float(np.max(metrics["policy/kl"])) > 0.0
+    assert float(np.max(metrics["policy/kl_old_new_k3"])) > 0.0
 
 
 def test_jit_equals_no_jit():

@@ -4,6 +4,7 @@ tells no development history."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -129,3 +130,27 @@ def test_the_two_commands():
     assert 'pip install -e ".[dev]" && python -m pytest -q\n' in README
     ci = (ROOT / ".ci/run").read_text()
     assert ci.rstrip().endswith("python -m pytest -q")
+
+
+def _python_block(heading: str) -> str:
+    section = README.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return re.search(r"```python\n(.*?)```", section, re.S)[1]
+
+
+def test_the_load_policy_snippet_runs_as_printed(tmp_path, monkeypatch, capsys):
+    import train
+
+    monkeypatch.chdir(tmp_path)
+    tiny = ["--config", "ppo_cartpole", "--seeds", "2", "--out", "runs/ppo8", "--no-progress",
+            "num_envs=4", "num_steps=16", "total_env_steps=128", "num_minibatches=1",
+            "eval_episodes=2"]  # fmt: skip
+    assert train.main(tiny) == 0
+    code = _python_block("A trained policy in Python")
+    assert 'load_policy("runs/ppo8"' in code and "env.step" in code
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    assert "greedy episode return" in capsys.readouterr().out
+    assert 1 <= scope["episode_return"] <= 500  # CartPole: one reward per step
+    assert scope["returns"].shape == (100,)
+    summary = json.loads((tmp_path / "runs/ppo8/summary.json").read_text())
+    assert scope["policy"].evaluate().mean() == pytest.approx(summary["eval_return_per_seed"][0])

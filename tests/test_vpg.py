@@ -25,9 +25,9 @@ def test_vpg_runs_with_every_estimator_and_action_space():
             value_minibatches=2,
         )
         state, m = jax.jit(make_trainer(config).train)(jax.random.key(0), config.hp)
-        for name in ("policy/loss", "policy/kl", "value/loss", "grad_norm"):
+        for name in ("policy/loss", "policy/kl_old_new", "value/loss", "grad_norm"):
             assert np.isfinite(np.asarray(m[name])).all(), name
-        assert float(np.min(m["policy/kl"])) > 0.0  # the policy step moves the policy
+        assert float(np.min(m["policy/kl_old_new"])) > 0.0  # the policy step moves the policy
         assert int(state.diverged_at) == -1
 
 

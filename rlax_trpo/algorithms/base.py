@@ -31,6 +31,9 @@ class Algorithm(NamedTuple):
       collect: the rollout, with `rollout.collect`'s signature; None means the standard
         continuing rollout (GRPO collects groups from copied start states instead).
       critic: whether the method learns a value network; without one `Params.value` is None.
+      check_env: optional host-side `(env) -> None`, called once with the environment when
+        the trainer is built, before any tracing (e.g. GRPO warns of a horizon shorter than
+        the episode limit).
     """
 
     init: Callable[[Params, HParams], Any]
@@ -38,6 +41,7 @@ class Algorithm(NamedTuple):
     update: Callable[[Params, Any, Any, HParams, jax.Array], tuple[Params, Any, Metrics]]
     collect: Collect | None = None
     critic: bool = True
+    check_env: Callable[[Any], None] | None = None
 
 
 class AlgorithmSpec(NamedTuple):

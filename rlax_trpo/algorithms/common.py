@@ -56,14 +56,15 @@ def clip_by_global_norm(grads: Any, max_norm: jax.Array) -> tuple[Any, jax.Array
     return jax.tree.map(lambda g: g * scale, grads), norm
 
 
-def adam_step(
+def optimizer_step(
     optimizer: optax.GradientTransformation,
     params: Any,
     opt_state: Any,
     grads: Any,
     max_grad_norm: jax.Array,
 ) -> tuple[Any, Any, jax.Array]:
-    """Clip `grads` by global norm, apply one optimiser step: (params, opt_state, norm)."""
+    """Clip `grads` by global norm, apply one step of `optimizer` (Adam or SGD,
+    `make_optimizer`): (params, opt_state, norm before clipping)."""
     grads, norm = clip_by_global_norm(grads, max_grad_norm)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, norm
@@ -167,7 +168,7 @@ def minibatch_descent(
     def step(carry, mb):
         params, opt_state = carry
         grads, aux = grad_fn(params, mb, *args)
-        params, opt_state, aux["grad_norm"] = adam_step(
+        params, opt_state, aux["grad_norm"] = optimizer_step(
             optimizer, params, opt_state, grads, max_grad_norm
         )
         return (params, opt_state), aux

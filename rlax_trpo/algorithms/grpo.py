@@ -45,7 +45,7 @@ from rlax_trpo.algorithms.common import (
 from rlax_trpo.algorithms.sections import OptimizerFields, OptimizerHParams
 from rlax_trpo.config import Config, HParams, hp_field
 from rlax_trpo.errors import ConfigError
-from rlax_trpo.grouped import group_ids, make_grouped_collect
+from rlax_trpo.grouped import group_ids, make_grouped_collect, warn_short_horizon
 from rlax_trpo.networks import Networks
 from rlax_trpo.types import Params, Trajectory
 
@@ -245,13 +245,13 @@ def make_grpo(config: Config, networks: Networks) -> Algorithm:
         )
         aux = {
             "policy/loss": total,
-            "policy/kl": losses.masked_mean(kl, mb.alive),
-            "policy/kl_old_new": losses.masked_mean(
+            "policy/kl_ref": losses.masked_mean(kl, mb.alive),
+            "policy/kl_old_new_k3": losses.masked_mean(
                 losses.kl_estimate(log_prob - mb.log_prob, "k3"), mb.alive
             ),
             "policy/entropy": losses.masked_mean(entropy, mb.alive),
-            "grpo/clip_low_frac": low,
-            "grpo/clip_high_frac": high,
+            "grpo/clip_frac_low": low,
+            "grpo/clip_frac_high": high,
             "grpo/ratio_dev": jnp.max(jnp.abs(ratio - 1.0) * mb.alive),
         }
         return total, aux
@@ -299,7 +299,17 @@ def make_grpo(config: Config, networks: Networks) -> Algorithm:
         new_state = GRPOState(opt_state, ref_policy, state.updates + 1)
         return Params(policy, params.value), new_state, metrics
 
-    return Algorithm(init, make_batch, update, collect=make_grouped_collect(g), critic=False)
+    def check_env(env: Any) -> None:  # before tracing: a horizon shorter than an episode
+        warn_short_horizon(env, config.num_steps)
+
+    return Algorithm(
+        init,
+        make_batch,
+        update,
+        collect=make_grouped_collect(g),
+        critic=False,
+        check_env=check_env,
+    )
 
 
 def batch_metrics(batch: GRPOBatch, group_size: int) -> dict[str, jax.Array]:

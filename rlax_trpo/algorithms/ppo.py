@@ -111,7 +111,7 @@ def make_ppo(config: Config, networks: Networks) -> Algorithm:
             "policy/loss": pg_loss,
             "value/loss": v_loss,
             "policy/entropy": entropy,
-            "policy/kl": approx_kl,
+            "policy/kl_old_new_k3": approx_kl,
             "ppo/clip_frac": (jnp.abs(ratio - 1.0) > hp.clip_eps).mean(),
             "ppo/ratio_dev": jnp.abs(ratio - 1.0).max(),
         }

@@ -152,7 +152,7 @@ def _make_trust_region_method(config: Config, networks: Networks, line_search: b
             "trpo/step_fraction": fraction,
             "trpo/quadratic_kl": nat.quadratic_kl,
             "trpo/grad_norm": nat.grad_norm,
-            "policy/kl": kl,
+            "policy/kl_old_new": kl,
             "policy/entropy": entropy,
             "policy/surrogate": surrogate_old,
         }

@@ -20,13 +20,13 @@ import jax.numpy as jnp
 from rlax_trpo import losses
 from rlax_trpo.algorithms.base import Algorithm, AlgorithmSpec
 from rlax_trpo.algorithms.common import (
-    adam_step,
     anneal,
     batch_layout,
     flatten_batch,
     make_critic_batch,
     make_critic_fitter,
     make_optimizer,
+    optimizer_step,
     set_learning_rate,
 )
 from rlax_trpo.algorithms.sections import (
@@ -81,12 +81,13 @@ def make_vpg(config: Config, networks: Networks) -> Algorithm:
         grads, metrics = jax.grad(loss_fn, has_aux=True)(params.policy, flat, adv, hp)
         lr = anneal(config, hp.learning_rate, state.updates)
         opt_state = set_learning_rate(state.opt_state, lr)
-        policy, opt_state, metrics["grad_norm"] = adam_step(
+        policy, opt_state, metrics["grad_norm"] = optimizer_step(
             optimizer, params.policy, opt_state, grads, hp.max_grad_norm
         )
 
-        old_dist = networks.policy(params.policy, flat.obs)
-        metrics["policy/kl"] = old_dist.kl_divergence(networks.policy(policy, flat.obs)).mean()
+        old_dist = networks.policy(params.policy, flat.obs)  # exact KL(old || new) of the step
+        new_dist = networks.policy(policy, flat.obs)
+        metrics["policy/kl_old_new"] = old_dist.kl_divergence(new_dist).mean()
         metrics["policy/learning_rate"] = lr
         value, value_opt_state, value_loss = critic.fit(
             params.value, state.value_opt_state, flat, hp, key

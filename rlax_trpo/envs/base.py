@@ -6,10 +6,14 @@ observation before the automatic reset, so truncated steps bootstrap from V(fina
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib.metadata
+import math
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 
 
 class EnvSpec(NamedTuple):
@@ -46,3 +50,48 @@ class Env(NamedTuple):
     spec: EnvSpec
     name: str
     render: Callable[[list, Any, str], None] | None = None
+
+
+def flatten_observations(env: Env) -> Env:
+    """`env` with each observation reshaped to a float32 vector (for an MLP); a vector
+    observation is returned as it was."""
+    if len(env.spec.obs_shape) == 1:
+        return env
+    size = math.prod(int(d) for d in env.spec.obs_shape)
+    flat = lambda obs: jnp.asarray(obs, jnp.float32).reshape(size)
+
+    def reset(key: jax.Array) -> tuple[jax.Array, Any]:
+        obs, state = env.reset(key)
+        return flat(obs), state
+
+    def step(key: jax.Array, state: Any, action: jax.Array) -> StepResult:
+        res = env.step(key, state, action)
+        return res._replace(obs=flat(res.obs), final_obs=flat(res.final_obs))
+
+    spec = env.spec._replace(obs_shape=(size,))
+    return env._replace(reset=reset, step=step, spec=spec)
+
+
+def snapshot_names(
+    distribution: str,
+    module: str,
+    version: str,
+    names: Sequence[str],
+    live: Callable[[], list[str]],
+) -> list[str]:
+    """The environment names a suite's library registers, cheaply.
+
+    `names` is a snapshot of `live()` taken under `version` of the installed `distribution`:
+    while that version is installed and `module` (the library's registry) is not imported
+    yet, nobody can have registered more, so the snapshot is the answer and nothing heavy is
+    imported (an unknown name fails in well under a second). Otherwise `live()` asks the
+    library itself; a library that is not installed has no names.
+    """
+    if module not in sys.modules:
+        try:
+            installed = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            return []
+        if installed == version:
+            return list(names)
+    return live()

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from rlax_trpo.envs.base import Env, EnvSpec, StepResult
+from rlax_trpo.envs.base import Env, EnvSpec, StepResult, snapshot_names
 from rlax_trpo.errors import ConfigError
 
 DEFAULT_EPISODE_LENGTH = 1000  # Brax's training default; Playground's configs say their own
@@ -84,12 +84,23 @@ def from_state_env(env: Any, name: str, episode_length: int) -> Env:
     return Env(reset, step, spec, name, None)
 
 
-def names() -> list[str]:
+# brax's registry of brax 0.14.2 (tests/test_envs.py compares it with the library).
+SNAPSHOT = ("0.14.2", (
+    "ant", "fast", "halfcheetah", "hopper", "humanoid", "humanoidstandup",
+    "inverted_double_pendulum", "inverted_pendulum", "pusher", "reacher", "swimmer", "walker2d",
+))  # fmt: skip
+
+
+def live_names() -> list[str]:
     try:
         from brax import envs
     except ImportError:  # the `brax` extra is not installed
         return []
     return sorted(envs._envs)  # brax's registry (envs.register_environment adds to it)
+
+
+def names() -> list[str]:
+    return snapshot_names("brax", "brax.envs", *SNAPSHOT, live_names)
 
 
 def make(name: str, env_kwargs: dict[str, Any], flatten: bool) -> Env:

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from rlax_trpo.envs.base import Env, EnvSpec, StepResult
+from rlax_trpo.envs.base import Env, EnvSpec, StepResult, snapshot_names
 from rlax_trpo.errors import ConfigError
 
 DEFAULT_EPISODE_LENGTH = 1000
@@ -34,12 +34,27 @@ class JumanjiState(NamedTuple):
     steps: jax.Array
 
 
-def names() -> list[str]:
+# `jumanji.registered_environments()` of jumanji 1.1.2 (tests/test_envs.py compares it).
+SNAPSHOT = ("1.1.2", (
+    "BinPack-v2", "CVRP-v1", "Cleaner-v0", "Connector-v3", "FlatPack-v0", "Game2048-v1",
+    "GraphColoring-v1", "JobShop-v0", "Knapsack-v1", "LevelBasedForaging-v0", "MMST-v0",
+    "Maze-v0", "Minesweeper-v0", "MultiCVRP-v0", "PacMan-v1", "RobotWarehouse-v0",
+    "RubiksCube-partly-scrambled-v0", "RubiksCube-v0", "SearchAndRescue-v0",
+    "SlidingTilePuzzle-v0", "Snake-v1", "Sokoban-v0", "Sudoku-v0", "Sudoku-very-easy-v0",
+    "TSP-v1", "Tetris-v0",
+))  # fmt: skip
+
+
+def live_names() -> list[str]:
     try:
         import jumanji
     except ImportError:  # the `jumanji` extra is not installed
         return []
     return sorted(jumanji.registered_environments())
+
+
+def names() -> list[str]:
+    return snapshot_names("jumanji", "jumanji", *SNAPSHOT, live_names)
 
 
 def _flatten(observation: Any) -> jax.Array:

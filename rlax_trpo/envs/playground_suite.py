@@ -13,17 +13,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlax_trpo.envs.base import Env
+from rlax_trpo.envs.base import Env, snapshot_names
 from rlax_trpo.envs.brax_suite import from_state_env
 from rlax_trpo.errors import ConfigError
 
+# MuJoCo Playground 0.2.0's DM Control Suite (tests/test_envs.py compares it).
+SNAPSHOT = ("0.2.0", (
+    "AcrobotSwingup", "AcrobotSwingupSparse", "BallInCup", "CartpoleBalance",
+    "CartpoleBalanceSparse", "CartpoleSwingup", "CartpoleSwingupSparse", "CheetahRun",
+    "FingerSpin", "FingerTurnEasy", "FingerTurnHard", "FishSwim", "HopperHop", "HopperStand",
+    "HumanoidRun", "HumanoidStand", "HumanoidWalk", "PendulumSwingup", "PointMass",
+    "ReacherEasy", "ReacherHard", "SwimmerSwimmer6", "WalkerRun", "WalkerStand", "WalkerWalk",
+))  # fmt: skip
 
-def names() -> list[str]:
+
+def live_names() -> list[str]:
     try:
         from mujoco_playground import registry
     except ImportError:  # the `playground` extra is not installed
         return []
     return sorted(registry.dm_control_suite.ALL_ENVS)
+
+
+def names() -> list[str]:
+    return snapshot_names("playground", "mujoco_playground", *SNAPSHOT, live_names)
 
 
 def make(name: str, env_kwargs: dict[str, Any], flatten: bool) -> Env:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import textwrap
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -31,7 +32,7 @@ class Suite(NamedTuple):
     them (for error messages and `valid_env_names`)."""
 
     make: Callable[[str, dict[str, Any], bool], Env] | str
-    names: Callable[[], list[str]] | str
+    names: Callable[[], list[str]] | str  # cheap: it lists names for every unknown one
 
 
 _ENVS: dict[str, EnvFactory | str] = {"MaxDigit-qa": "rlax_trpo.envs.own:max_digit"}
@@ -77,13 +78,20 @@ def register_suite(
     _SUITES[prefix] = Suite(make, names)
 
 
+def env_names_by_suite() -> dict[str, list[str]]:
+    """Each suite's names without their prefix (suites with none left out), then the single
+    registered environments under "" (no suite)."""
+    out = {prefix: _load(suite.names)() for prefix, suite in _SUITES.items()}
+    return {**{k: v for k, v in out.items() if v}, "": sorted(_ENVS)}
+
+
 def valid_env_names() -> list[str]:
     """Every name `make_env` accepts (default-suite names without their prefix)."""
-    out = []
-    for prefix, suite in _SUITES.items():
-        names = _load(suite.names)()
-        out += names if prefix == DEFAULT_SUITE else [f"{prefix}/{n}" for n in names]
-    return out + sorted(_ENVS)
+    return [
+        name if prefix in ("", DEFAULT_SUITE) else f"{prefix}/{name}"
+        for prefix, names in env_names_by_suite().items()
+        for name in names
+    ]
 
 
 def _resolve(name: str) -> tuple[str | None, str]:
@@ -97,7 +105,8 @@ def _resolve(name: str) -> tuple[str | None, str]:
 
 
 def check_env_name(name: str) -> None:
-    """Raise a one-line ConfigError listing the valid names if `name` is unknown."""
+    """Raise a ConfigError if `name` is unknown: its first line names the problem (with the
+    closest valid name), then one indented paragraph per suite lists the valid names."""
     prefix, rest = _resolve(name)
     if prefix is None:
         return
@@ -108,10 +117,21 @@ def check_env_name(name: str) -> None:
         raise ConfigError(
             f"env: {name!r} needs the {prefix} suite (pip install 'rlax_trpo[{EXTRAS[prefix]}]')"
         )
-    names = valid_env_names()
-    close = difflib.get_close_matches(name, names, n=1)
+    close = difflib.get_close_matches(name, valid_env_names(), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise ConfigError(f"env: unknown environment {name!r}{hint}; valid names: {', '.join(names)}")
+    lines = [f"env: unknown environment {name!r}{hint}; valid names by suite:"]
+    for suite, names in env_names_by_suite().items():
+        label = {DEFAULT_SUITE: f"{suite} (no prefix)", "": "registered"}.get(suite, f"{suite}/")
+        lines.append(
+            textwrap.fill(
+                f"{label}: {', '.join(names)}",
+                width=100,
+                initial_indent="  ",
+                subsequent_indent="    ",
+                break_on_hyphens=False,
+            )
+        )
+    raise ConfigError("\n".join(lines))
 
 
 def make_env(name: str, env_kwargs: dict[str, Any] | None = None, flatten: bool = True) -> Env:

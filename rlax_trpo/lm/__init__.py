@@ -2,7 +2,8 @@
 
 A tiny decoder-only transformer (`model`), a KV-cache sampler in `lax.scan` (`sampling`),
 tasks with verifiable rewards (`tasks`), a supervised warm start (`sft`), the GRPO iteration
-(`grpo`), configuration (`config`) and the host driver that writes a run folder (`run`).
+(`grpo`), configuration (`config`) and the `Program` that `rlax_trpo.experiment.run` compiles
+and drives to write a run folder (`program`).
 """
 
 from rlax_trpo.lm.grpo import (

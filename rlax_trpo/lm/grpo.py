@@ -197,7 +197,7 @@ def grpo_loss(
         "grpo/clip_frac_low": masked_mean((adv < 0) & (ratio < 1.0 - hp.clip_eps_low), mask),
         "grpo/clip_frac_high": masked_mean((adv > 0) & (ratio > 1.0 + hp.clip_eps_high), mask),
         "grpo/ratio_mean": masked_mean(ratio, mask),
-        "policy/approx_kl_old": masked_mean(
+        "policy/kl_new_old_k3": masked_mean(
             losses.kl_estimate(batch.old_logprobs - logp, "k3"), mask
         ),
         "policy/kl_ref": masked_mean(kl, mask),
