@@ -7,6 +7,7 @@ A control `Config` (gymnax and registered environments) becomes the training loo
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from rlax_trpo import report
@@ -28,7 +29,9 @@ def control_program(config: Config, progress: ProgressFn | None = None) -> Progr
 
     return Program(
         name=config.env,
+        run_name=config.env,
         hparams=config.hp,
+        hparam_names=tuple(f.name for f in dataclasses.fields(config.hp)),
         init=trainer.init,
         run=trainer.run,
         evaluate=evaluate,
@@ -39,6 +42,7 @@ def control_program(config: Config, progress: ProgressFn | None = None) -> Progr
         eval_metric="eval/return",
         curve="episode/return",
         summarize=summarize,
+        diverged_at=lambda state: state.diverged_at,
     )
 
 

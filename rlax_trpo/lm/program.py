@@ -13,6 +13,7 @@ The held-out accuracy is also recorded every `eval_every` iterations (`eval/gree
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import flax.struct
@@ -94,9 +95,12 @@ def make_lm_program(cfg: LMConfig, progress: Any = None) -> Program:
             "warm_start_final_loss": float(warm.mean()) if np.isfinite(warm).all() else None,
         }
 
+    hparams = jax.tree.map(jnp.float32, cfg.hparams())
     return Program(
         name=f"lm/{cfg.task}",
-        hparams=jax.tree.map(jnp.float32, cfg.hparams()),
+        run_name=cfg.task,
+        hparams=hparams,
+        hparam_names=tuple(f.name for f in dataclasses.fields(hparams)),
         init=init,
         run=run,
         evaluate=evaluate,
@@ -107,4 +111,5 @@ def make_lm_program(cfg: LMConfig, progress: Any = None) -> Program:
         eval_metric="eval/greedy_accuracy",
         curve="accuracy/sample",
         summarize=summarize,
+        diverged_at=lambda state: None,  # GRPO for LMs applies every update
     )
