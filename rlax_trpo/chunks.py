@@ -50,13 +50,14 @@ class Trained(NamedTuple):
     signal: int | None
 
 
-def init_population(program: Program):
-    """`init(key_data [population, ...], hp [population]) -> state [population, ...]`."""
+def population_initializer(program: Program):
+    """`init_population(key_data [population, ...], hp [population]) -> state`: `init`
+    vmapped (the compiled program keeps that name)."""
 
-    def init(key_data, hp):
+    def init_population(key_data, hp):
         return jax.vmap(program.init)(jax.random.wrap_key_data(key_data), hp)
 
-    return init
+    return init_population
 
 
 def restore(setup: Setup, bar: ProgressBar) -> Start:
@@ -97,7 +98,7 @@ def compile_run(setup: Setup, start: Start) -> Compiled:
     lengths = _chunk_lengths(start.iteration, plan.total, plan.chunk, *every)
     init = None
     if start.state is None:
-        init_fn = jax.jit(init_population(program), out_shardings=placement.state)
+        init_fn = jax.jit(population_initializer(program), out_shardings=placement.state)
         init = init_fn.lower(placement.init_keys, placement.hparams).compile()
     run_fn = jax.jit(
         jax.vmap(program.run, in_axes=(0, 0, None)),

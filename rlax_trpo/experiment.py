@@ -37,7 +37,7 @@ import numpy as np
 
 from rlax_trpo import checkpoint, loggers, parallel
 from rlax_trpo import sweep as sweeplib
-from rlax_trpo.chunks import compile_run, init_population, restore, train
+from rlax_trpo.chunks import compile_run, population_initializer, restore, train
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.platform import setup_cpu_for_run
 from rlax_trpo.program import make_program
@@ -270,7 +270,7 @@ def place(plan: RunPlan, program: Program) -> Placement:
     settings = len(plan.settings)
     init_keys = sweeplib.population_key_data(plan.seed, plan.seeds, settings)
     init_keys = parallel.put(init_keys, population)
-    abstract = jax.eval_shape(init_population(program), init_keys, hparams)
+    abstract = jax.eval_shape(population_initializer(program), init_keys, hparams)
     shardings = parallel.state_shardings(abstract, mesh)
     placed = jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
