@@ -104,7 +104,7 @@ def train_main(argv: list[str], prog: str = "rlax-trpo train") -> int:
         wandb=wandb,
         log_every=args.log_every,
     )
-    return _report(result)
+    return _report(result, prog)
 
 
 def _train_config(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -131,12 +131,16 @@ def _train_config(args: argparse.Namespace) -> tuple[Any, Any]:
     return config, parse_sweeps(args.sweep, base)
 
 
-def _report(result) -> int:
+def _report(result, prog: str = "rlax-trpo train") -> int:
+    import shlex
+
     import jax
 
     from rlax_trpo.report import format_outcome
 
-    out, err, code = format_outcome(result)
+    # How to resume: the command the user ran (a checkout's script runs under python).
+    command = f"python {prog}" if prog.endswith(".py") else prog
+    out, err, code = format_outcome(result, f"{command} --resume {shlex.quote(str(result.out))}")
     if jax.process_index() == 0:  # in a multi-process run, process 0 speaks for all
         print(out, end="")
         print(err, end="", file=sys.stderr)
@@ -260,11 +264,39 @@ def _config_sources(name: str, overrides: list[str], imports: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+COMMANDS = {
+    "train": "train a population of seeds x settings and write its run folder (the default)",
+    "eval": "evaluate a finished run folder: greedy and sampling returns, a GIF",
+    "configs": "list the bundled configurations; --show NAME prints one whole",
+}
+
+
+def main_help(prog: str = "rlax-trpo") -> str:
+    """`rlax-trpo --help`: the commands, one line each."""
+    lines = [
+        f"usage: {prog} [train] [options] [key=value ...]",
+        f"       {prog} eval --run DIR [options]",
+        f"       {prog} configs [--show NAME [key=value ...]]",
+        "",
+        "Policy optimisation (VPG, NPG, TRPO, PPO, GRPO) compiled end to end in JAX.",
+        "",
+        "commands:",
+        *(f"  {name:9s} {text}" for name, text in COMMANDS.items()),
+        "",
+        f"`{prog} COMMAND --help` shows a command's options. With no command, `train` runs",
+        f"(`{prog}` alone trains PPO on CartPole-v1).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None, prog: str = "rlax-trpo") -> int:
     """`rlax-trpo [train] ...`, `rlax-trpo eval ...`, `rlax-trpo configs`; the exit status."""
     from rlax_trpo.errors import ConfigError
 
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(main_help(f"python {prog}" if prog.endswith(".py") else prog), end="")
+        return 0
     command, rest = (argv[0], argv[1:]) if argv[:1] in (["train"], ["eval"], ["configs"]) else (
         "train", argv)  # fmt: skip
     try:

@@ -6,44 +6,53 @@ signals, evaluation and the run folder. `train.py` and notebooks call `run`.
     result.summary["final_return_mean"], result.metrics["episode/return"]  # [4, iterations]
 
 Every member of the population (member m = setting m // seeds, seed m % seeds) runs inside
-one compiled, vmapped call, sharded over the devices. This module is a call site: it applies
-`jax.jit` to the pure functions of a `Program` (`rlax_trpo.program`).
+one compiled, vmapped call, sharded over the devices. The driver applies `jax.jit` to the
+pure functions of a `Program` (`rlax_trpo.program`), which answers all that differs between
+a control run and a language-model run. `run` is a sequence of named stages, each passing a
+named record to the next:
+
+    plan_run       the checked inputs (`RunPlan`); nothing written, nothing started
+    build          the config's `Program`, the swept names checked against it
+    place          the population on the devices (`Placement`)
+    make_folder    the run folder and where it is written (`run_folder.Folder`)
+    restore        iteration 0, or the last checkpoint (`chunks.Start`)
+    open_folder    config.yaml and the live loggers (`run_folder`)
+    compile_run    the initialiser and one program per chunk length (`chunks.Compiled`)
+    train          the chunks: metrics, loggers, checkpoints, signals, divergence
+                   (`chunks.Trained`)
+    evaluate       the final evaluation, the state on the host (`run_folder.Evaluated`)
+    summarize      summary.json's figures (`run_folder`)
+    finish_folder  metrics.csv, plots, summary.json, the folder in its place (`run_folder`)
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
-import shutil
-import time
+import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
-import yaml
 
-from rlax_trpo import checkpoint, loggers, parallel, report, stats
+from rlax_trpo import checkpoint, loggers, parallel
 from rlax_trpo import sweep as sweeplib
+from rlax_trpo.chunks import compile_run, population_initializer, restore, train
 from rlax_trpo.errors import ConfigError
+from rlax_trpo.platform import setup_cpu_for_run
 from rlax_trpo.program import make_program
 from rlax_trpo.progress import ProgressBar, StopRequest
-
-
-class _Plan(NamedTuple):  # a run's checked inputs
-    config: Any
-    seeds: int
-    seed: int
-    sweep: sweeplib.Sweep
-    out: Path
-    chunk_iterations: int | None
-    resuming: bool
-    devices: int | None
-    shard: str
-    progress: bool
-    tensorboard: bool
-    wandb: dict[str, Any] | None
-    log_every: int | None
+from rlax_trpo.run_folder import (
+    Folder,
+    close_writers,
+    evaluate,
+    finish_folder,
+    make_folder,
+    open_folder,
+    remove_work_folder,
+    summarize,
+)
+from rlax_trpo.types import Program
 
 
 class RunResult(NamedTuple):
@@ -56,6 +65,67 @@ class RunResult(NamedTuple):
     metrics: dict[str, np.ndarray]
     state: Any
     signal: int | None = None
+
+
+class RunPlan(NamedTuple):
+    """A run's inputs, as `run` got them and, after `plan_run`, checked (a resumed run's
+    read from its checkpoint); nothing has been written or started."""
+
+    config: Any
+    seeds: int  # None as given: 1
+    seed: int  # None as given: 0
+    sweep: sweeplib.Sweep  # None as given: no sweep
+    out: Path | None  # None: runs/<algorithm>_<Program.run_name>_<time>
+    chunk_iterations: int | None
+    resume: Path | None  # the run folder continued, also `out`
+    devices: int | None
+    shard: str
+    progress: bool
+    tensorboard: bool
+    wandb: dict[str, Any] | None
+    log_every: int | None
+
+    @property
+    def settings(self) -> list[dict[str, float]]:
+        return self.sweep.settings or [{}]
+
+    @property
+    def population(self) -> int:  # settings x seeds
+        return len(self.settings) * self.seeds
+
+    @property
+    def chunked(self) -> bool:
+        return self.chunk_iterations is not None
+
+    @property
+    def total(self) -> int:  # iterations
+        return self.config.num_iterations
+
+    @property
+    def chunk(self) -> int:  # iterations between checkpoints (the whole run when unchunked)
+        return min(self.chunk_iterations or self.total, self.total)
+
+
+class Placement(NamedTuple):
+    """The population on the devices: its inputs, sharded, and where its state lives."""
+
+    num_devices: int
+    population: Any  # the sharding of arrays with a leading population axis
+    state: Any  # the shardings of the state
+    abstract: Any  # the state's shapes and dtypes
+    placed: Any  # the same with their shardings (what the chunks are compiled for)
+    hparams: Any  # [population] hyperparameters
+    init_keys: Any  # [population] key data of the initialisation
+    eval_keys: Any  # [population] key data of the evaluations
+
+
+class Setup(NamedTuple):
+    """What the first stages decided, for the later ones."""
+
+    plan: RunPlan
+    program: Program
+    placement: Placement
+    folder: Folder
 
 
 def run(
@@ -86,7 +156,8 @@ def run(
         after each; SIGINT/SIGTERM then stop cleanly after the current chunk.
       resume: a run folder to continue from its last checkpoint.
       devices, shard: how many devices, and whether the population or each run's
-        environments are split over them (`parallel`).
+        environments are split over them (`parallel`). If JAX has not started, the CPU
+        gets one device per core first, as under `rlax-trpo train`.
       progress: a tqdm progress bar.
       tensorboard, wandb, log_every: TensorBoard event files; Weights & Biases runs
         (`{"project": ..., "name": ...}`); written every `log_every` iterations
@@ -95,244 +166,123 @@ def run(
     Raises:
       ConfigError: bad input (one line naming it); nothing has been written then.
     """
+    given = RunPlan(config=config, seeds=seeds, seed=seed, sweep=sweep, out=out,
+                    chunk_iterations=chunk_iterations, resume=resume, devices=devices,
+                    shard=shard, progress=progress, tensorboard=tensorboard, wandb=wandb,
+                    log_every=log_every)  # fmt: skip
+    plan = plan_run(given)
+    note = setup_cpu_for_run(devices)
+    if note:
+        print(note, file=sys.stderr, flush=True)
+    # Chunked runs take SIGINT/SIGTERM from the start (compilation included).
+    with StopRequest() if plan.chunked else contextlib.nullcontext(StopRequest()) as stop:
+        return _drive(plan, stop)
+
+
+def plan_run(given: RunPlan) -> RunPlan:
+    """`run`'s arguments checked (one-line ConfigError) and completed: defaults, and a
+    resumed run's from its checkpoint. Nothing is written."""
     for flag, value in (
-        ("--seeds", seeds),
-        ("--chunk-iterations", chunk_iterations),
-        ("--log-every", log_every),
+        ("--seeds", given.seeds),
+        ("--chunk-iterations", given.chunk_iterations),
+        ("--log-every", given.log_every),
     ):
         if value is not None and value < 1:
             raise ConfigError(f"{flag}: must be a positive integer (got {value})")
-    if resume is not None:
-        resume = Path(resume)
-        if out is not None:
+    plan = given
+    if given.resume is not None:
+        resume = Path(given.resume)
+        if given.out is not None:
             raise ConfigError("--out: a resumed run continues in its own folder; drop --out")
-        saved = checkpoint.plan_resume(resume, config, seeds, seed, sweep)
-        config, seeds, seed, sweep = saved.config, saved.seeds, saved.seed, saved.sweep
-        chunk_iterations = chunk_iterations or saved.chunk_iterations
-        out = resume
-    elif config is None:
+        saved = checkpoint.plan_resume(resume, given.config, given.seeds, given.seed, given.sweep)
+        chunk = given.chunk_iterations or saved.chunk_iterations
+        plan = given._replace(
+            config=saved.config,
+            seeds=saved.seeds,
+            seed=saved.seed,
+            sweep=saved.sweep,
+            chunk_iterations=chunk,
+            out=resume,
+            resume=resume,
+        )
+    elif given.config is None:
         raise ConfigError("run: a config is needed (or resume=<run folder>)")
-    out = Path(out) if out is not None else None
-    if resume is None and out is not None and out.exists():
+    out = Path(plan.out) if plan.out is not None else None
+    if given.resume is None and out is not None and out.exists():
         if not out.is_dir() or any(out.iterdir()):
             raise ConfigError(f"--out: {str(out)!r} exists and is not an empty directory")
-    loggers.check_available(tensorboard, wandb)
-    name = getattr(config, "env", None) or getattr(config, "task", "run")
-    out = out or Path("runs") / f"{config.algorithm}_{name}_{dt.datetime.now():%Y%m%d-%H%M%S}"
-    sweep, resuming = sweep or sweeplib.NO_SWEEP, resume is not None
-    plan = _Plan(config, seeds or 1, seed or 0, sweep, out, chunk_iterations, resuming,
-                 devices, shard, progress, tensorboard, wandb, log_every)  # fmt: skip
-    # Chunked runs take SIGINT/SIGTERM from the start (compilation included).
-    chunked = chunk_iterations is not None
-    with StopRequest() if chunked else contextlib.nullcontext(StopRequest()) as stop:
-        return _run(plan, stop)
+    loggers.check_available(plan.tensorboard, plan.wandb)
+    return plan._replace(
+        out=out, seeds=plan.seeds or 1, seed=plan.seed or 0, sweep=plan.sweep or sweeplib.NO_SWEEP
+    )
 
 
-def _chunk_lengths(start: int, total: int, chunk: int, *every: int | None) -> list[int]:
-    """The lengths of the compiled chunks from `start` to `total`: a chunk ends at every
-    checkpoint (multiples of `chunk`), periodic evaluation and log write (`every`)."""
-    ends = set(range(chunk, total, chunk)) | {total}
-    for period in every:
-        if period:
-            ends |= set(range(period, total, period))
-    ends = sorted(e for e in ends if e > start)
-    return [b - a for a, b in zip([start, *ends[:-1]], ends, strict=True)]
+def _drive(plan: RunPlan, stop: StopRequest) -> RunResult:
+    """The stages after the plan, in order; the `finally` leaves no temporary folder."""
+    owner = jax.process_index() == 0
+    bar = ProgressBar(plan.total, 0, plan.progress and owner, plan.population)
+    program = build(plan, bar)
+    placement = place(plan, program)
+    setup = Setup(plan, program, placement, folder=make_folder(plan, program, owner))
+    start = restore(setup, bar)
+    writers: list[Any] = []
+    try:
+        writers = open_folder(setup)
+        compiled = compile_run(setup, start)
+        trained = train(setup, compiled, start, writers, stop)
+        bar.close()
+        if trained.signal is not None:
+            out = setup.folder.out
+            return RunResult(out, "interrupted", None, trained.metrics, None, trained.signal)
+        evaluated = evaluate(setup, compiled, trained)
+        summary = summarize(setup, compiled, trained, evaluated)
+        finish_folder(setup, writers, trained.metrics, summary)
+    finally:
+        bar.close()
+        close_writers(writers)
+        remove_work_folder(setup.folder)
+    status = "diverged" if "diverged" in summary else "complete"
+    return RunResult(setup.folder.out, status, summary, trained.metrics, evaluated.state)
 
 
-def _run(plan: _Plan, stop: StopRequest) -> RunResult:
-    config, seeds, sweep, out = plan.config, plan.seeds, plan.sweep, plan.out
-    settings = sweep.settings or [{}]
-    population = len(settings) * seeds
-    total = config.num_iterations
-    chunked = plan.chunk_iterations is not None
-    chunk = min(plan.chunk_iterations or total, total)
-    main_proc = jax.process_index() == 0
-    bar = ProgressBar(total, 0, plan.progress and main_proc, population)
-    program = make_program(config, progress=bar)  # ConfigError for bad names and sizes
+def build(plan: RunPlan, bar: ProgressBar) -> Program:
+    """The config's `Program` (ConfigError for bad names and sizes), the swept names checked
+    against its hyperparameters."""
+    program = make_program(plan.config, progress=bar)
     bar.steps_per_iteration = program.steps_per_iteration
-    fields = getattr(program.hparams, "_fields", None) or vars(program.hparams)
-    for name in sweep.names:
-        if name.removeprefix("hp.") not in fields:
-            raise ConfigError(f"--sweep {name}: not a hyperparameter of {config.algorithm}")
+    for name in plan.sweep.names:
+        if name.removeprefix("hp.") not in program.hparam_names:
+            raise ConfigError(f"--sweep {name}: not a hyperparameter of {plan.config.algorithm}")
+    return program
+
+
+def place(plan: RunPlan, program: Program) -> Placement:
+    """The device mesh, the population's inputs on it, and the shardings of its state."""
     num_devices = parallel.choose_num_devices(
-        plan.devices, population, program.num_envs, plan.shard
+        plan.devices, plan.population, program.num_envs, plan.shard
     )
     mesh = parallel.make_mesh(num_devices, plan.shard)
-    pop_sharding = parallel.population_sharding(mesh)
-    hps = parallel.put(sweeplib.population_hparams(program.hparams, sweep, seeds), pop_sharding)
-    key_data = parallel.put(
-        sweeplib.population_key_data(plan.seed, seeds, len(settings)), pop_sharding
+    population = parallel.population_sharding(mesh)
+    hparams = sweeplib.population_hparams(
+        program.hparams, plan.sweep, plan.seeds, program.hparam_names
     )
-
-    def init_population(kd, hp):
-        return jax.vmap(program.init)(jax.random.wrap_key_data(kd), hp)
-
-    def evaluate_population(state, kd):
-        return jax.vmap(program.evaluate)(state, jax.random.wrap_key_data(kd))
-
-    abstract = jax.eval_shape(init_population, key_data, hps)
+    hparams = parallel.put(hparams, population)
+    settings = len(plan.settings)
+    init_keys = sweeplib.population_key_data(plan.seed, plan.seeds, settings)
+    init_keys = parallel.put(init_keys, population)
+    abstract = jax.eval_shape(population_initializer(program), init_keys, hparams)
     shardings = parallel.state_shardings(abstract, mesh)
     placed = jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
     )
-    meta: dict[str, Any] = {}
-    start, history = 0, []
-    if plan.resuming:
-        state, so_far, meta = checkpoint.restore_step(out / "checkpoint", abstract)
-        state = parallel.put(state, shardings)
-        start = int(meta["iterations_done"])
-        history = [so_far] if start else []
-        bar.start = bar.done = start
-    init_fn = jax.jit(init_population, out_shardings=shardings)
-    run_fn = jax.jit(
-        jax.vmap(program.run, in_axes=(0, 0, None)),
-        static_argnums=2,
-        out_shardings=(shardings, pop_sharding),
+    eval_keys = sweeplib.population_key_data(plan.seed + 1, plan.seeds, settings)
+    return Placement(
+        num_devices=num_devices,
+        population=population,
+        state=shardings,
+        abstract=abstract,
+        placed=placed,
+        hparams=hparams,
+        init_keys=init_keys,
+        eval_keys=parallel.put(eval_keys, population),
     )
-    eval_fn = jax.jit(evaluate_population)
-
-    # Chunked runs work in the run folder itself (so --resume finds it); others in a
-    # temporary folder renamed at the end (a run folder is whole or absent).
-    work = out if chunked else out.parent / f".{out.name}.tmp-{parallel.run_token()}"
-    writers: list[Any] = []
-    try:
-        if main_proc:
-            work.mkdir(parents=True, exist_ok=True)
-            (work / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
-            writers = loggers.open_writers(
-                work,
-                out.name,
-                config.to_dict(),
-                settings,
-                seeds,
-                plan.seed,
-                plan.tensorboard,
-                plan.wandb,
-            )
-            print(
-                f"compiling {config.algorithm} on {program.name} for {population} member(s) ...",
-                end="",
-                flush=True,
-            )
-        t0 = time.perf_counter()
-        log_every = plan.log_every
-        if (plan.tensorboard or plan.wandb) and not (log_every or chunked):
-            log_every = loggers.default_log_every(total)
-        lengths = _chunk_lengths(start, total, chunk, program.eval_every, log_every)
-        if not plan.resuming:
-            init_compiled = init_fn.lower(key_data, hps).compile()
-        compiled = {k: run_fn.lower(placed, hps, k).compile() for k in set(lengths)}
-        compile_s = time.perf_counter() - t0
-        if main_proc:
-            print(f" {compile_s:.1f} s", flush=True)
-        t0 = time.perf_counter()
-        if not plan.resuming:
-            state = jax.block_until_ready(init_compiled(key_data, hps))
-        wall_s = float(meta.get("wall_seconds", 0.0)) + time.perf_counter() - t0
-        facts = {
-            "config": config.to_dict(),
-            "seeds": seeds,
-            "seed": plan.seed,
-            "sweep": sweep.to_dict(),
-            "num_iterations": total,
-            "chunk_iterations": chunk,
-            "population": population,
-            "num_devices": num_devices,
-        }
-        compile_total = float(meta.get("compile_seconds", 0.0)) + compile_s
-        eval_keys = parallel.put(
-            sweeplib.population_key_data(plan.seed + 1, seeds, len(settings)), pop_sharding
-        )
-        done = start
-        for k in lengths:
-            t0 = time.perf_counter()
-            state, chunk_metrics = jax.block_until_ready(compiled[k](state, hps))
-            wall_s += time.perf_counter() - t0
-            chunk_metrics = stats.to_numpy(parallel.to_host(chunk_metrics))
-            done += k
-            if program.eval_every and (done % program.eval_every == 0 or done == total):
-                scores = np.asarray(parallel.to_host(eval_fn(state, eval_keys)))
-                column = np.full(chunk_metrics[next(iter(chunk_metrics))].shape, np.nan)
-                column[:, -1] = scores.mean(axis=-1)
-                chunk_metrics[program.eval_metric] = column
-            history.append(chunk_metrics)
-            for writer in writers:
-                writer.write(chunk_metrics, done - k, program.steps_per_iteration)
-            if (chunked and done % chunk == 0) or done == total:
-                history = [stats.concatenate_chunks(history)]
-                checkpoint.save_step(
-                    work / "checkpoint",
-                    state,
-                    history[0],
-                    {
-                        **facts,
-                        "iterations_done": done,
-                        "wall_seconds": wall_s,
-                        "compile_seconds": compile_total,
-                    },
-                    config,
-                )
-            if stop.signum is not None and done < total and done % chunk == 0:
-                bar.close()
-                return RunResult(out, "interrupted", None, history[0], None, stop.signum)
-            if chunked and done < total and done % chunk == 0 and _diverged(history[0], state):
-                break  # the checkpoint just written keeps the last finite parameters
-        bar.close()
-        metrics = history[0]
-        scores = np.asarray(parallel.to_host(eval_fn(state, eval_keys)))
-        host_state = parallel.to_host(checkpoint.to_savable(state))
-        steps = done * program.steps_per_iteration
-        summary = {
-            "algorithm": config.algorithm,
-            "env": program.name,
-            "num_seeds": seeds,
-            "num_settings": len(settings),
-            "population": population,
-            "total_env_steps": steps,
-            "unit": program.unit,
-            "num_iterations": total,
-            "iterations_done": done,
-            "chunk_iterations": chunk,
-            "compiled_run_programs": len(compiled),
-            "wall_seconds": wall_s,
-            "compile_seconds": compile_total,
-            "env_steps_per_second": steps * population / wall_s,
-            "num_devices": num_devices,
-            "device_layout": plan.shard,
-            **parallel.describe_devices(),
-        }
-        if sweep.names:
-            summary["swept"] = sweep.to_dict()
-        summary.update(program.summarize(metrics, scores, host_state, sweep, seeds, summary))
-        diverged = report.divergence(metrics, getattr(host_state, "diverged_at", None), seeds)
-        if diverged is not None:
-            summary["diverged"] = diverged
-        _close(writers)
-        if main_proc:
-            report.write_run_files(
-                work, metrics, summary, sweep, program.steps_per_iteration, program.curve
-            )
-            if work != out:
-                if out.exists():
-                    out.rmdir()  # checked empty before anything was written
-                work.rename(out)
-    finally:
-        bar.close()
-        _close(writers)
-        if main_proc and work != out and work.exists():  # process 0 owns the folder
-            shutil.rmtree(work, ignore_errors=True)
-    status = "diverged" if "diverged" in summary else "complete"
-    return RunResult(out, status, summary, metrics, host_state)
-
-
-def _close(writers: list[Any]) -> None:
-    while writers:  # each closes once, also when a later step raises
-        writers.pop().close()
-
-
-def _diverged(metrics: dict[str, np.ndarray], state: Any) -> bool:
-    """Whether a metric became non-finite or a member skipped a non-finite update."""
-    diverged_at = getattr(state, "diverged_at", None)
-    if diverged_at is not None:
-        diverged_at = np.asarray(parallel.to_host(diverged_at))
-    return report.divergence(metrics, diverged_at, 1) is not None

@@ -22,7 +22,8 @@ from rlax_trpo.errors import ConfigError
 
 
 def check_available(tensorboard: bool, wandb: Mapping[str, Any] | None) -> None:
-    """A one-line ConfigError, before anything is written, for a logger not installed."""
+    """A one-line ConfigError, before anything is written, for a logger not installed or,
+    for W&B online, no credentials (`WANDB_MODE=offline` and `disabled` need none)."""
     for wanted, module, flag, extra in (
         (tensorboard, "tensorboardX", "--tensorboard", "tensorboard"),
         (wandb is not None, "wandb", "--wandb", "wandb"),
@@ -34,6 +35,36 @@ def check_available(tensorboard: bool, wandb: Mapping[str, Any] | None) -> None:
                 raise ConfigError(
                     f"{flag}: needs {module} (pip install 'rlax_trpo[{extra}]')"
                 ) from None
+    if wandb is not None and not _wandb_can_log():
+        raise ConfigError(
+            "--wandb: no W&B credentials (no WANDB_API_KEY, no entry in ~/.netrc); run "
+            "`wandb login`, or set WANDB_MODE=offline to write the runs locally"
+        )
+
+
+_WANDB_LOCAL_MODES = ("offline", "disabled", "dryrun")
+
+
+def _wandb_can_log() -> bool:
+    """Whether `wandb.init` will find what it needs without prompting: a local mode, or
+    credentials where wandb looks for them (environment, .netrc, its settings files).
+    Asks wandb itself, without a network; True where this wandb version cannot be asked."""
+    import os
+
+    if os.environ.get("WANDB_MODE", "").lower() in _WANDB_LOCAL_MODES:
+        return True
+    try:
+        from wandb.sdk import wandb_setup
+        from wandb.sdk.lib.wbauth import authenticate_session
+    except ImportError:  # a wandb without this lookup: wandb.init decides
+        return True
+    settings = wandb_setup.singleton().settings
+    if str(settings.mode).lower() in _WANDB_LOCAL_MODES:  # e.g. after `wandb offline`
+        return True
+    found = authenticate_session(
+        host=settings.base_url, source="rlax-trpo", prompt=False, update_session=False
+    )
+    return found is not None
 
 
 def default_log_every(total: int) -> int:

@@ -82,6 +82,31 @@ def setup_cpu(devices: int | None = None, environ: MutableMapping[str, str] = os
     return int(devices)
 
 
+def setup_cpu_for_run(devices: int | None = None) -> str | None:
+    """What `rlax_trpo.run` does first, so that a run started from Python gets the devices
+    `rlax-trpo train` gets: `setup_cpu(devices)` while JAX's backend has not started, keeping
+    a device count already chosen (by the command line, or `jax_num_cpu_devices`).
+
+    Returns None, or a one-line note when the backend had already started on the CPU with
+    fewer devices than the command line would use (the count cannot change any more)."""
+    import jax
+
+    chosen = int(jax.config.jax_num_cpu_devices)
+    started = _backends_started()
+    have = setup_cpu(chosen if chosen > 0 else devices)
+    if not started or devices is not None or jax.default_backend() != "cpu":
+        return None
+    forced = _forced_count(os.environ.get("XLA_FLAGS", ""))
+    wanted = forced if forced is not None else usable_cores()
+    if have >= wanted:
+        return None
+    return (
+        f"note: JAX had started with {have} CPU device(s) before this run, so it runs on "
+        f"{have} (`rlax-trpo train` uses {wanted}, one per core); call "
+        f"rlax_trpo.platform.setup_cpu() before any JAX computation to get them"
+    )
+
+
 def _forced_count(flags: str) -> int | None:
     for flag in flags.split():
         if flag.startswith(_FORCE_FLAG + "="):

@@ -8,6 +8,7 @@ registry entry's choice (`AlgorithmSpec.program`).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from rlax_trpo import report
@@ -27,7 +28,9 @@ def control_program(config: Config, progress: ProgressFn | None = None) -> Progr
 
     return Program(
         name=config.env,
+        run_name=config.env,
         hparams=config.hp,
+        hparam_names=tuple(f.name for f in dataclasses.fields(config.hp)),
         init=trainer.init,
         run=trainer.run,
         evaluate=evaluate,
@@ -38,6 +41,7 @@ def control_program(config: Config, progress: ProgressFn | None = None) -> Progr
         eval_metric="eval/return",
         curve="episode/return",
         summarize=summarize,
+        diverged_at=lambda state: state.diverged_at,
     )
 
 

@@ -282,19 +282,21 @@ def format_summary(summary: Mapping[str, Any], out: Path) -> str:
     return "\n".join(lines)
 
 
-def format_outcome(result: Any) -> tuple[str, str, int]:
+def format_outcome(result: Any, resume: str | None = None) -> tuple[str, str, int]:
     """(stdout text, stderr text, exit status) at the end of a run (`experiment.RunResult`):
-    0 complete, 1 diverged (parameters before it kept), 128 + signal when interrupted."""
+    0 complete, 1 diverged (parameters before it kept), 128 + signal when interrupted.
+    `resume`: the command that resumes it (default `rlax-trpo train --resume <run folder>`)."""
     import signal
 
     if result.status == "interrupted":
         name = signal.Signals(result.signal).name
         done = next(iter(result.metrics.values())).shape[1]
+        resume = resume or f"rlax-trpo train --resume {result.out}"
         return (
             "",
             (
                 f"error: interrupted by {name} after iteration {done}; checkpoint saved; resume "
-                f"with: python train.py --resume {result.out}\n"
+                f"with: {resume}\n"
             ),
             128 + result.signal,
         )

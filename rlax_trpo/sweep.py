@@ -101,11 +101,15 @@ def _numbers(key: str, text: str) -> list[float]:
     return parsed
 
 
-def population_hparams(base: Any, sweep: Sweep, num_seeds: int) -> Any:
+def population_hparams(
+    base: Any, sweep: Sweep, num_seeds: int, names: Sequence[str] | None = None
+) -> Any:
     """`base` (a dataclass or NamedTuple of float scalars, e.g. `HParams`) with every leaf
-    float32 `[settings x seeds]`, setting-major; swept fields take their setting's value."""
+    float32 `[settings x seeds]`, setting-major; swept fields take their setting's value.
+    `names`: the fields of `base` (`Program.hparam_names`; default: its own fields)."""
     settings = sweep.settings or [{}]
-    names = getattr(base, "_fields", None) or [f.name for f in dataclasses.fields(base)]
+    if names is None:
+        names = getattr(base, "_fields", None) or [f.name for f in dataclasses.fields(base)]
     columns = {}
     for field in names:
         per_setting = [s.get("hp." + field, float(getattr(base, field))) for s in settings]

@@ -75,11 +75,16 @@ class Program(NamedTuple):
     `init(key, hp) -> state` and `run(state, hp, num_iterations) -> (state, metrics)` are pure
     and are vmapped over the population; `evaluate(state, key) -> scores [n]` too (returns of
     greedy episodes, or a greedy accuracy). The host-side `summarize(metrics, scores, state,
-    sweep, seeds, facts)` gives the kind's result figures for `summary.json`.
+    sweep, seeds, facts)` gives the kind's result figures for `summary.json`, and
+    `diverged_at(state)` the first iteration whose update each member skipped as non-finite
+    (`[population]`, -1 for none), or None where the kind does not track it. The run driver
+    asks the Program, never the config's kind, about everything that differs between kinds.
     """
 
     name: str  # what is trained on: an environment or a task
+    run_name: str  # what the default run folder is named after (runs/<algorithm>_<run_name>_...)
     hparams: Any  # the config's default hyperparameters (a pytree of float scalars)
+    hparam_names: tuple[str, ...]  # the fields of `hparams`: what `--sweep hp.NAME` may set
     init: Any
     run: Any
     evaluate: Any
@@ -90,3 +95,4 @@ class Program(NamedTuple):
     eval_metric: str
     curve: str  # the metric of learning_curve.png
     summarize: Any
+    diverged_at: Any

@@ -3,6 +3,7 @@
 import csv
 import json
 import re
+import signal
 import subprocess
 import sys
 import warnings
@@ -14,7 +15,7 @@ import pytest
 from probe_envs import register_probes
 
 import train
-from rlax_trpo import checkpoint, make_trainer
+from rlax_trpo import checkpoint, cli, experiment, make_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 register_probes()
@@ -168,3 +169,37 @@ def test_compiling_line_comes_before_the_progress_bar(tmp_path):
     match = re.search(line, text)
     assert match and float(match.group(1)) > 0, text
     assert match.end() <= text.index("5/5") < text.index("final return")  # then the bar
+
+
+def test_top_level_help_lists_the_commands(capsys):
+    assert train.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for command in ("train", "eval", "configs"):
+        lines = [line for line in out.splitlines() if line.startswith(f"  {command} ")]
+        assert len(lines) == 1 and len(lines[0].split()) > 3, (command, out)  # with a line
+    assert "--chunk-iterations" not in out  # train's options are train's help
+    with pytest.raises(SystemExit) as exit_:
+        train.main(["train", "--help"])
+    assert exit_.value.code == 0
+    assert "--chunk-iterations" in capsys.readouterr().out
+
+
+class _SignalledAtOnce(experiment.StopRequest):
+    """As if SIGTERM had arrived before the first chunk finished."""
+
+    def __enter__(self):
+        self.signum = signal.SIGTERM
+        return self
+
+
+def test_the_resume_hint_names_the_command_that_was_run(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    monkeypatch.setattr(experiment, "StopRequest", _SignalledAtOnce)
+    argv = [*TINY, "total_env_steps=256", "--chunk-iterations", "2", "--out", str(out)]
+    assert cli.main(argv) == 128 + signal.SIGTERM  # as the installed `rlax-trpo`
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"resume with: rlax-trpo train --resume {out}\n" in err, err
+    # The same run folder, stopped under a checkout's script, names the script.
+    interrupted = experiment.RunResult(out, "interrupted", None, {"x": np.zeros((1, 2))}, None, 2)
+    assert cli._report(interrupted, "train.py") == 130
+    assert f"resume with: python train.py --resume {out}\n" in capsys.readouterr().err

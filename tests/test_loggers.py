@@ -132,3 +132,79 @@ def test_a_missing_logger_is_one_line_before_anything_is_written(tmp_path, monke
     assert train.main([*TINY, "--wandb", "--out", str(tmp_path / "r")]) == 2
     assert "error: --wandb: needs wandb" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def _no_login_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment of a user who never ran `wandb login`: an empty home (no .netrc, no
+    wandb settings), no API key, no mode."""
+    import os
+
+    drop = ("WANDB_", "NETRC", "XDG_CONFIG_HOME")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    root = str(Path(__file__).resolve().parents[1])
+    return {**env, "HOME": str(home), "PYTHONPATH": root, "JAX_PLATFORMS": "cpu", **extra}
+
+
+@needs_wandb
+def test_wandb_without_a_login_is_one_line_exit_2_and_nothing_written(tmp_path):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    home, out = tmp_path / "home", tmp_path / "run"
+    home.mkdir()
+    proc = subprocess.run(
+        [sys.executable, str(root / "train.py"), *TINY, "--wandb", "--out", str(out)],
+        cwd=tmp_path,  # no ./wandb/settings either
+        env=_no_login_env(home),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.startswith("error: --wandb:") and proc.stderr.count("\n") == 1, proc.stderr
+    assert "wandb login" in proc.stderr and "WANDB_MODE=offline" in proc.stderr
+    assert not out.exists() and not (tmp_path / "wandb").exists()
+
+
+CHECK_PROBE = """
+from rlax_trpo import loggers
+from rlax_trpo.errors import ConfigError
+try:
+    loggers.check_available(False, {"project": "p"})
+    print("ok")
+except ConfigError as err:
+    print(err)
+"""
+
+
+@needs_wandb
+@pytest.mark.parametrize(
+    "given, ok",
+    [
+        ({}, False),
+        ({"WANDB_MODE": "offline"}, True),
+        ({"WANDB_MODE": "disabled"}, True),
+        ({"WANDB_API_KEY": "0" * 40}, True),
+        ({"netrc": "machine api.wandb.ai login user password " + "0" * 40}, True),
+    ],
+    ids=["no-login", "offline", "disabled", "api-key", "netrc"],
+)
+def test_wandb_credentials_are_looked_up_where_wandb_looks(tmp_path, given, ok):
+    import subprocess
+    import sys
+
+    if "netrc" in given:
+        (tmp_path / ".netrc").write_text(given.pop("netrc") + "\n")
+        (tmp_path / ".netrc").chmod(0o600)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHECK_PROBE],
+        cwd=tmp_path,
+        env=_no_login_env(tmp_path, **given),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = proc.stdout.strip().splitlines()[-1]
+    assert (said == "ok") == ok, said

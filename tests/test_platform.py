@@ -169,3 +169,46 @@ def test_batched_cholesky_on_two_devices_finishes():
     # With jax's LAPACK lowering this hangs at 0% CPU in nearly every process
     # (docs/cpu_lapack_deadlock.md); `_probe` fails it after its timeout.
     assert _probe(HANG_PROBE, timeout=90)["devices"] == 2
+
+
+RUN_PROBE = """
+import json, sys
+from rlax_trpo import Config, run
+if sys.argv[1] == "started":  # the script computes with JAX before the run
+    import jax.numpy as jnp
+    jnp.ones(1).block_until_ready()
+config = Config.create(env="CartPole-v1", num_envs=4, num_steps=16, total_env_steps=64,
+                       eval_episodes=1)
+result = run(config, seeds=2, out=sys.argv[2], progress=False)
+print(json.dumps({"used": result.summary["num_devices"]}))
+"""
+
+
+def _run_probe(when: str, out: Path) -> tuple[dict, str]:
+    base = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN_PROBE, when, str(out)],
+        cwd=ROOT,
+        env={**base, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+@linux_multicore
+def test_the_python_api_gets_the_devices_of_the_command_line(tmp_path):
+    # `rlax_trpo.run` from a script, JAX not started yet: one CPU device per core, as
+    # `rlax-trpo train` has, so the 2 seeds run on 2 devices.
+    out, err = _run_probe("fresh", tmp_path / "fresh")
+    assert out["used"] == 2, err
+    assert "note:" not in err
+    # Started before the run: the count can no longer change, and one line says so.
+    out, err = _run_probe("started", tmp_path / "started")
+    assert out["used"] == 1
+    cores = len(os.sched_getaffinity(0))
+    notes = [line for line in err.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "JAX had started with 1 CPU device(s)" in notes[0], err
+    assert f"`rlax-trpo train` uses {cores}" in notes[0] and "setup_cpu()" in notes[0]

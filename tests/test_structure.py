@@ -91,3 +91,77 @@ def test_small_rooms_and_a_thin_cli():
     too_big = {str(p.relative_to(ROOT)): n for p, n in sizes.items() if n > 350}
     assert not too_big, too_big
     assert len((ROOT / "train.py").read_text().splitlines()) <= 200
+
+
+# Functions allowed over LONGEST lines of their own, each with the reason; at most three,
+# none over LONGEST_EXCEPTION lines. Empty: every function fits.
+LONG_FUNCTIONS: dict[str, str] = {}
+LONGEST, LONGEST_EXCEPTION = 60, 90
+
+
+def _own_lengths(source: str) -> dict[str, int]:
+    """Every function's own length: its lines from `def` to its end, less the lines of the
+    functions defined inside it (each measured on its own), keyed `outer.inner` by name."""
+    lengths: dict[str, int] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = set(range(child.lineno, child.end_lineno + 1))
+                for inner in ast.walk(child):
+                    if inner is not child and isinstance(
+                        inner, (ast.FunctionDef, ast.AsyncFunctionDef)
+                    ):
+                        start = min([inner.lineno, *(d.lineno for d in inner.decorator_list)])
+                        lines -= set(range(start, inner.end_lineno + 1))
+                name = f"{prefix}{child.name}"
+                lengths[name] = max(lengths.get(name, 0), len(lines))
+                visit(child, name + ".")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(source), "")
+    return lengths
+
+
+def _package_function_lengths() -> dict[str, int]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = _module_name(path)
+        for name, n in _own_lengths(path.read_text()).items():
+            out[f"{module}.{name}"] = n
+    return out
+
+
+def test_function_length_counts_a_closure_apart_from_its_factory():
+    source = "def make():\n    x = 1\n\n    def inner():\n        return x\n\n    return inner\n"
+    assert _own_lengths(source) == {"make": 5, "make.inner": 2}
+    method = "class A:\n    def f(self):\n        a = 1\n        return a\n"
+    assert _own_lengths(method) == {"A.f": 3}
+
+
+def test_no_long_functions():
+    lengths = _package_function_lengths()
+    too_long = {
+        name: n for name, n in lengths.items() if n > LONGEST and name not in LONG_FUNCTIONS
+    }
+    assert not too_long, f"functions over {LONGEST} lines of their own: {too_long}"
+    assert len(LONG_FUNCTIONS) <= 3, LONG_FUNCTIONS
+    for name, reason in LONG_FUNCTIONS.items():
+        assert reason.strip(), f"{name}: say why it is long"
+        assert LONGEST < lengths.get(name, 0) <= LONGEST_EXCEPTION, (name, lengths.get(name))
+
+
+def test_the_run_driver_does_not_ask_what_kind_of_run_it_drives():
+    # Whatever differs between a control run and a language-model run, the Program says.
+    tree = ast.parse((PACKAGE / "experiment.py").read_text())
+    asked = [
+        f"{node.func.id} (line {node.lineno})"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("isinstance", "getattr", "hasattr")
+    ]
+    assert not asked, asked

@@ -96,7 +96,9 @@ def make_lm_program(cfg: Config, progress: Any = None) -> Program:
 
     return Program(
         name=f"lm/{cfg.task}",
+        run_name=cfg.task,
         hparams=cfg.hp,
+        hparam_names=tuple(type(cfg.hp).names()),
         init=init,
         run=run,
         evaluate=evaluate,
@@ -107,4 +109,5 @@ def make_lm_program(cfg: Config, progress: Any = None) -> Program:
         eval_metric="eval/greedy_accuracy",
         curve="accuracy/sample",
         summarize=summarize,
+        diverged_at=lambda state: None,  # GRPO for LMs applies every update
     )

@@ -1,0 +1,210 @@
+"""A population compiled and run in chunks: where it starts (fresh or from a checkpoint),
+one compiled program per chunk length, and the chunks with their metrics, loggers,
+checkpoints, signals and divergence. Stages of `rlax_trpo.experiment.run`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import jax
+import numpy as np
+
+from rlax_trpo import checkpoint, loggers, parallel, report, stats
+from rlax_trpo.types import Program
+
+if TYPE_CHECKING:
+    from rlax_trpo.experiment import Setup
+    from rlax_trpo.progress import ProgressBar, StopRequest
+
+
+class Start(NamedTuple):
+    """Where the run begins: iteration 0, or the state and metrics of its last checkpoint."""
+
+    iteration: int
+    state: Any  # None: initialised after compiling
+    history: list[dict[str, np.ndarray]]  # metrics so far, [population, iterations] each
+    wall_seconds: float  # of the iterations so far
+    compile_seconds: float
+
+
+class Compiled(NamedTuple):
+    """The initialiser (None when resuming), one run program per chunk length (`lengths`,
+    in order) and the evaluation (compiled at its first call)."""
+
+    init: Any
+    chunks: dict[int, Any]
+    lengths: list[int]
+    evaluate: Any
+    compile_seconds: float  # of the whole run, resumed parts included
+
+
+class Trained(NamedTuple):
+    """The population after its chunks; `signal`: a signal stopped it early."""
+
+    state: Any
+    metrics: dict[str, np.ndarray]  # [population, iterations done]
+    iterations: int
+    wall_seconds: float
+    signal: int | None
+
+
+def population_initializer(program: Program):
+    """`init_population(key_data [population, ...], hp [population]) -> state`: `init`
+    vmapped (the compiled program keeps that name)."""
+
+    def init_population(key_data, hp):
+        return jax.vmap(program.init)(jax.random.wrap_key_data(key_data), hp)
+
+    return init_population
+
+
+def restore(setup: Setup, bar: ProgressBar) -> Start:
+    """Iteration 0, or a resumed run's last checkpoint, placed on the devices."""
+    if setup.plan.resume is None:
+        return Start(iteration=0, state=None, history=[], wall_seconds=0.0, compile_seconds=0.0)
+    placement = setup.placement
+    state, so_far, meta = checkpoint.restore_step(
+        setup.folder.out / "checkpoint", placement.abstract
+    )
+    start = int(meta["iterations_done"])
+    bar.start = bar.done = start
+    return Start(
+        iteration=start,
+        state=parallel.put(state, placement.state),
+        history=[so_far] if start else [],
+        wall_seconds=float(meta.get("wall_seconds", 0.0)),
+        compile_seconds=float(meta.get("compile_seconds", 0.0)),
+    )
+
+
+def compile_run(setup: Setup, start: Start) -> Compiled:
+    """The chunk lengths (a chunk ends at every checkpoint, periodic evaluation and log
+    write), one compiled program per length, the initialiser of a fresh run."""
+    plan, program, placement = setup.plan, setup.program, setup.placement
+    if setup.folder.owner:
+        print(
+            f"compiling {plan.config.algorithm} on {program.name} for {plan.population} "
+            "member(s) ...",
+            end="",
+            flush=True,
+        )
+    t0 = time.perf_counter()
+    log_every = plan.log_every
+    if (plan.tensorboard or plan.wandb) and not (log_every or plan.chunked):
+        log_every = loggers.default_log_every(plan.total)
+    every = (program.eval_every, log_every)
+    lengths = _chunk_lengths(start.iteration, plan.total, plan.chunk, *every)
+    init = None
+    if start.state is None:
+        init_fn = jax.jit(population_initializer(program), out_shardings=placement.state)
+        init = init_fn.lower(placement.init_keys, placement.hparams).compile()
+    run_fn = jax.jit(
+        jax.vmap(program.run, in_axes=(0, 0, None)),
+        static_argnums=2,
+        out_shardings=(placement.state, placement.population),
+    )
+    chunks = {
+        k: run_fn.lower(placement.placed, placement.hparams, k).compile() for k in set(lengths)
+    }
+    seconds = time.perf_counter() - t0
+    if setup.folder.owner:
+        print(f" {seconds:.1f} s", flush=True)
+
+    def evaluate_population(state, key_data):
+        return jax.vmap(program.evaluate)(state, jax.random.wrap_key_data(key_data))
+
+    return Compiled(
+        init=init,
+        chunks=chunks,
+        lengths=lengths,
+        evaluate=jax.jit(evaluate_population),
+        compile_seconds=start.compile_seconds + seconds,
+    )
+
+
+def _chunk_lengths(start: int, total: int, chunk: int, *every: int | None) -> list[int]:
+    """The lengths of the compiled chunks from `start` to `total`: a chunk ends at every
+    checkpoint (multiples of `chunk`), periodic evaluation and log write (`every`)."""
+    ends = set(range(chunk, total, chunk)) | {total}
+    for period in every:
+        if period:
+            ends |= set(range(period, total, period))
+    ends = sorted(e for e in ends if e > start)
+    return [b - a for a, b in zip([start, *ends[:-1]], ends, strict=True)]
+
+
+def train(
+    setup: Setup, compiled: Compiled, start: Start, writers: list[Any], stop: StopRequest
+) -> Trained:
+    """The chunks in order; after each, its metrics (with the periodic evaluation), the
+    loggers and, at every multiple of `chunk` and at the end, a checkpoint. Stops after a
+    checkpoint when a signal came or, in a chunked run, a member diverged (the checkpoint
+    keeps the last finite parameters)."""
+    plan, placement, spi = setup.plan, setup.placement, setup.program.steps_per_iteration
+    t0 = time.perf_counter()
+    state = start.state
+    if state is None:
+        state = jax.block_until_ready(compiled.init(placement.init_keys, placement.hparams))
+    wall_s = start.wall_seconds + time.perf_counter() - t0
+    history, done = list(start.history), start.iteration
+    for k in compiled.lengths:
+        t0 = time.perf_counter()
+        state, metrics = jax.block_until_ready(compiled.chunks[k](state, placement.hparams))
+        wall_s += time.perf_counter() - t0
+        done += k
+        history.append(_chunk_metrics(setup, compiled, metrics, state, done))
+        for writer in writers:
+            writer.write(history[-1], done - k, spi)
+        at_checkpoint = done % plan.chunk == 0
+        if (plan.chunked and at_checkpoint) or done == plan.total:
+            history = [stats.concatenate_chunks(history)]
+            _save(setup, compiled, state, history[0], done, wall_s)
+        stopping = at_checkpoint and done < plan.total
+        if stopping and stop.signum is not None:
+            return Trained(state, history[0], done, wall_s, stop.signum)
+        if stopping and plan.chunked and _diverged(setup.program, history[0], state):
+            break  # the checkpoint just written keeps the last finite parameters
+    return Trained(state, history[0], done, wall_s, None)
+
+
+def _chunk_metrics(setup: Setup, compiled: Compiled, metrics, state, done: int):
+    """A chunk's metrics on the host, with the periodic evaluation in its last column when
+    one is due."""
+    program = setup.program
+    metrics = stats.to_numpy(parallel.to_host(metrics))
+    if program.eval_every and (done % program.eval_every == 0 or done == setup.plan.total):
+        scores = compiled.evaluate(state, setup.placement.eval_keys)
+        scores = np.asarray(parallel.to_host(scores))
+        column = np.full(metrics[next(iter(metrics))].shape, np.nan)
+        column[:, -1] = scores.mean(axis=-1)
+        metrics[program.eval_metric] = column
+    return metrics
+
+
+def _save(setup: Setup, compiled: Compiled, state, metrics, done: int, wall_s: float) -> None:
+    """A checkpoint after `done` iterations, with what --resume checks and continues."""
+    plan = setup.plan
+    meta = {
+        "config": plan.config.to_dict(),
+        "seeds": plan.seeds,
+        "seed": plan.seed,
+        "sweep": plan.sweep.to_dict(),
+        "num_iterations": plan.total,
+        "chunk_iterations": plan.chunk,
+        "population": plan.population,
+        "num_devices": setup.placement.num_devices,
+        "iterations_done": done,
+        "wall_seconds": wall_s,
+        "compile_seconds": compiled.compile_seconds,
+    }
+    checkpoint.save_step(setup.folder.work / "checkpoint", state, metrics, meta, plan.config)
+
+
+def _diverged(program: Program, metrics: dict[str, np.ndarray], state: Any) -> bool:
+    """Whether a metric became non-finite or a member skipped a non-finite update."""
+    diverged_at = program.diverged_at(state)
+    if diverged_at is not None:
+        diverged_at = np.asarray(parallel.to_host(diverged_at))
+    return report.divergence(metrics, diverged_at, 1) is not None
