@@ -55,10 +55,20 @@ MINATAR = {
 LM_TASKS = ("add", "max_digit", "sort")
 RECURRENT = re.compile(r"(recurrent|rnn|lstm|gru|memory)", re.IGNORECASE)
 CRAFTAX = re.compile(r"craftax", re.IGNORECASE)
-ENV_PROBE = (
-    "import json, jax; d = jax.devices(); print(json.dumps({'jax': jax.__version__, "
-    "'backend': jax.default_backend(), 'devices': [x.device_kind for x in d]}))"
-)
+ENV_PROBE = """
+import importlib.metadata as md, json, jax
+names = ("jax", "jaxlib", "flax", "optax", "chex", "orbax-checkpoint", "gymnax", "distrax",
+         "tfp-nightly", "pydantic", "numpy")
+versions = {}
+for n in names:
+    try:
+        versions[n] = md.version(n)
+    except md.PackageNotFoundError:
+        versions[n] = None
+import distrax, gymnax, pydantic, rlax_trpo.training  # what every step imports
+print(json.dumps({"backend": jax.default_backend(),
+                  "devices": [d.device_kind for d in jax.devices()], "versions": versions}))
+"""
 
 
 class Step(NamedTuple):
