@@ -309,7 +309,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--purejaxrl",
         type=Path,
-        default=DEFAULT_PUREJAXRL,
+        default=None,
         metavar="PPO_PY",
         help=f"PureJaxRL's ppo.py (default {DEFAULT_PUREJAXRL.relative_to(ROOT)})",
     )
@@ -323,8 +323,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)  # fmt: skip
     if not args.list and args.out is None:
         p.error("the output folder is required")
-    if args.out is not None and args.out.exists() and any(args.out.iterdir()):
+    if (
+        args.out is not None
+        and args.out.exists()
+        and (not args.out.is_dir() or any(args.out.iterdir()))
+    ):
         raise SystemExit(_bad(f"{str(args.out)!r} exists and is not empty"))
+    if args.purejaxrl is not None and not args.purejaxrl.is_file():
+        raise SystemExit(_bad(f"--purejaxrl: {str(args.purejaxrl)!r} does not exist"))
     if args.deadline is not None and args.deadline <= 0:
         raise SystemExit(_bad(f"--deadline: must be positive (got {args.deadline})"))
     return args
@@ -333,7 +339,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = (args.out or Path("gpu_suite_out")).resolve()
-    purejaxrl = args.purejaxrl if args.purejaxrl.is_file() else None
+    purejaxrl = args.purejaxrl or (DEFAULT_PUREJAXRL if DEFAULT_PUREJAXRL.is_file() else None)
     steps = select(plan(out, args.budget == "tiny", purejaxrl, args.craftax_steps), args.steps)
     if args.list:
         for s in steps:

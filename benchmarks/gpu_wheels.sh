@@ -14,6 +14,18 @@
 #   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site wheelhouse/*.whl
 #   export PYTHONPATH=$PWD:/tmp/site
 set -euo pipefail
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
+    sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+    exit 0
+fi
+if [[ $# -gt 1 ]]; then
+    echo "gpu_wheels.sh: at most one argument (a PureJaxRL clone), got $#" >&2
+    exit 2
+fi
+if [[ $# -eq 1 && ! -d "$1" ]]; then
+    echo "gpu_wheels.sh: $1 is not a directory (a PureJaxRL clone)" >&2
+    exit 2
+fi
 cd "$(dirname "$0")/.."
 out=wheelhouse
 python=${PYTHON:-python3}

@@ -6,7 +6,7 @@ training run's env steps/s (all seeds, compile excluded; the fastest of `--repea
 of the compiled program, and their median), compile seconds and final return, and the env
 steps/s of a random-action scan of the same environment at the same total width (no network:
 the ceiling the environment sets). With `--purejaxrl PATH/ppo.py` the same sizes also run
-through PureJaxRL's own PPO (`benchmarks/purejaxrl_ref.py`), timed the same way.
+through PureJaxRL's own PPO (`benchmarks/_purejaxrl.py`), timed the same way.
 
     python benchmarks/throughput.py                      # PPO CartPole at 4, 64, 1024 envs
     python benchmarks/throughput.py --num-envs 2048 8192 --iterations 10 --purejaxrl ppo.py
@@ -124,11 +124,11 @@ def train_once(config, seeds: int, repeats: int = 3) -> dict:
 
 def purejaxrl_once(module, config, seeds: int, repeats: int = 3) -> dict:
     """PureJaxRL's PPO at the same sizes and settings, timed the same way."""
-    import purejaxrl_ref
+    import _purejaxrl
 
-    fn, keys, steps = purejaxrl_ref.make_run(module, config, seeds)
+    fn, keys, steps = _purejaxrl.make_run(module, config, seeds)
     result, out = timed(fn, (keys,), steps, repeats)
-    return {**result, "final_return_mean": purejaxrl_ref.final_return(out["metrics"])}
+    return {**result, "final_return_mean": _purejaxrl.final_return(out["metrics"])}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -194,20 +194,9 @@ def runs_of(args: argparse.Namespace) -> list[list[str]]:
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    module = None
-    if args.purejaxrl is not None:
-        import purejaxrl_ref
-
-        module = purejaxrl_ref.load(args.purejaxrl)
-    header = {
-        "device": jax.devices()[0].device_kind,
-        "backend": jax.default_backend(),
-        "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
-    }
-    print(json.dumps({**header, "jax": jax.__version__}), flush=True)
-    results = []
+def configs_of(args: argparse.Namespace) -> list:
+    """The config of every width, checked before anything runs (exit 2 on a bad one)."""
+    configs = []
     for extra in runs_of(args):
         if args.env:
             extra = [*extra, f"env={args.env}"]
@@ -219,7 +208,34 @@ def main(argv: list[str] | None = None) -> None:
                     args.config, [*args.overrides, *extra, f"total_env_steps={total}"]
                 )
         except ConfigError as err:
-            sys.exit(f"throughput.py: {err}")
+            print(f"throughput.py: {err}", file=sys.stderr)
+            sys.exit(2)
+        configs.append(config)
+    return configs
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    configs = configs_of(args)
+    if args.purejaxrl is not None and any(c.algorithm != "ppo" for c in configs):
+        print(
+            "throughput.py: --purejaxrl: PureJaxRL's ppo.py is PPO; the config is not",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    module = None
+    if args.purejaxrl is not None:
+        import _purejaxrl
+
+        module = _purejaxrl.load(args.purejaxrl)
+    header = {
+        "device": jax.devices()[0].device_kind,
+        "backend": jax.default_backend(),
+        "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
+    }
+    print(json.dumps({**header, "jax": jax.__version__}), flush=True)
+    results = []
+    for config in configs:
         for seeds in args.seeds:
             results.extend(measure(config, seeds, args.repeats, module))
     publish("throughput", {**header, "results": results}, args.json)
