@@ -1,13 +1,16 @@
 #!/usr/bin/env python
-"""Training throughput next to an environment-only reference measured in the same run.
+"""Training throughput next to references measured in the same run.
 
-For each configuration it prints one JSON object: the training run's env steps/s (compile
-excluded; the fastest of `--repeats` timed runs of the compiled program, and their median),
-compile seconds and final return, and the env steps/s of a random-action scan of the same
-environment at the same width (no network: the ceiling the environment sets).
+For each width (`--num-envs`) and seed count (`--seeds`) it prints one JSON object: the
+training run's env steps/s (all seeds, compile excluded; the fastest of `--repeats` timed runs
+of the compiled program, and their median), compile seconds and final return, and the env
+steps/s of a random-action scan of the same environment at the same total width (no network:
+the ceiling the environment sets). With `--purejaxrl PATH/ppo.py` the same sizes also run
+through PureJaxRL's own PPO (`benchmarks/_purejaxrl.py`), timed the same way.
 
     python benchmarks/throughput.py                      # PPO CartPole at 4, 64, 1024 envs
-    python benchmarks/throughput.py --algo trpo --num-envs 2 --num-steps 512 --total-steps 100000
+    python benchmarks/throughput.py --num-envs 2048 8192 --iterations 10 --purejaxrl ppo.py
+    python benchmarks/throughput.py --config trpo_cartpole --seeds 1 16 --json out.json
 """
 
 from __future__ import annotations
@@ -28,15 +31,18 @@ setup_cpu()  # before JAX starts: one CPU device per core (rlax_trpo/platform.py
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _publish import publish
 
-from rlax_trpo import Config, load_config, make_trainer
-from rlax_trpo import metrics as mlib
+from rlax_trpo import stats
+from rlax_trpo.config import load_config
 from rlax_trpo.envs import make_env
+from rlax_trpo.errors import ConfigError
+from rlax_trpo.program import make_program
 from rlax_trpo.rollout import reset_envs
 
 # PureJaxRL's CartPole configuration at three widths (total steps grow with the width so
 # every run has enough iterations to time).
-PUREJAXRL = Path(__file__).resolve().parents[1] / "configs" / "ppo_cartpole_purejaxrl.yaml"
+DEFAULT_CONFIG = "ppo_cartpole_purejaxrl"
 DEFAULT_RUNS = [(4, 128, 500_000), (64, 128, 2_000_000), (1024, 128, 4_194_304)]
 
 
@@ -79,97 +85,192 @@ def env_only_steps_per_second(
     return iterations * num_steps * num_envs / best
 
 
-def train_once(config: Config, seeds: int, repeats: int = 3) -> dict:
-    trainer = make_trainer(config)
-    if seeds == 1:  # one run: jit(train) itself (a 1-seed vmap adds batch dimensions only)
-        keys = jax.random.key(0)
-        fn = jax.jit(trainer.train)
-    else:
-        keys = jax.random.split(jax.random.key(0), seeds)
-        fn = jax.jit(jax.vmap(trainer.train, in_axes=(0, None)))
+def timed(fn, args, env_steps: int, repeats: int) -> tuple[dict, object]:
+    """Compile `fn` for `args`, run it `repeats` times; speed figures and the last output."""
     t0 = time.perf_counter()
-    compiled = fn.lower(keys, config.hp).compile()
+    compiled = fn.lower(*args).compile()
     compile_s = time.perf_counter() - t0
     walls = []
     for _ in range(repeats):  # the same program and key: the same run, timed again
         t0 = time.perf_counter()
-        _, metrics = compiled(keys, config.hp)
-        jax.block_until_ready(metrics)
+        out = jax.block_until_ready(compiled(*args))
         walls.append(time.perf_counter() - t0)
-    finals = mlib.final_returns(mlib.to_numpy(metrics))  # adds the seed axis for one seed
-    steps = config.num_iterations * config.batch_size * seeds
     return {
-        "env_steps_per_second": steps / min(walls),
-        "env_steps_per_second_median": steps / float(np.median(walls)),
+        "env_steps_per_second": env_steps / min(walls),
+        "env_steps_per_second_median": env_steps / float(np.median(walls)),
         "compile_seconds": compile_s,
         "wall_seconds": min(walls),
-        "final_return_mean": float(np.nanmean(finals)),
-    }
+    }, out
 
 
-def main(argv: list[str] | None = None) -> None:
+def train_once(config, seeds: int, repeats: int = 3) -> dict:
+    """This library's run of `config` over `seeds` seeds, one compiled call."""
+    program = make_program(config)
+    iterations = config.num_iterations
+
+    def train(key, hp):
+        return program.run(program.init(key, hp), hp, iterations)
+
+    if seeds == 1:  # one run: jit(train) itself (a 1-seed vmap adds batch dimensions only)
+        fn, keys = jax.jit(train), jax.random.key(0)
+    else:
+        fn = jax.jit(jax.vmap(train, in_axes=(0, None)))
+        keys = jax.random.split(jax.random.key(0), seeds)
+    steps = iterations * program.steps_per_iteration * seeds
+    result, (_, metrics) = timed(fn, (keys, program.hparams), steps, repeats)
+    finals = stats.final_returns(stats.to_numpy(metrics))  # adds the seed axis for one seed
+    return {**result, "final_return_mean": float(np.nanmean(finals))}
+
+
+def purejaxrl_once(module, config, seeds: int, repeats: int = 3) -> dict:
+    """PureJaxRL's PPO at the same sizes and settings, timed the same way."""
+    import _purejaxrl
+
+    fn, keys, steps = _purejaxrl.make_run(module, config, seeds)
+    result, out = timed(fn, (keys,), steps, repeats)
+    return {**result, "final_return_mean": _purejaxrl.final_return(out["metrics"])}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
         "--config",
-        type=Path,
-        help="YAML to start from (default: PureJaxRL's PPO CartPole settings)",
+        default=DEFAULT_CONFIG,
+        help="bundled config name or YAML (default: PureJaxRL's PPO CartPole settings)",
     )
-    p.add_argument("--algo", default=None, help="algorithm (ppo, trpo, npg, vpg, grpo)")
     p.add_argument("--env", default=None)
-    p.add_argument("--num-envs", type=int, nargs="*", help="one or more widths")
+    p.add_argument("--num-envs", type=int, nargs="+", help="one or more widths")
     p.add_argument("--num-steps", type=int, default=None)
-    p.add_argument("--total-steps", type=int, default=None)
-    p.add_argument("--seeds", type=int, default=1)
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--total-steps", type=int, default=None, help="env steps per seed")
+    size.add_argument(
+        "--iterations", type=int, default=None, help="iterations per run, at every width"
+    )
+    p.add_argument("--seeds", type=int, nargs="+", default=[1], help="one or more seed counts")
     p.add_argument(
         "--repeats",
         type=int,
         default=3,
         help="timed runs per configuration; steps/s of the fastest and the median",
     )
+    p.add_argument(
+        "--purejaxrl",
+        type=Path,
+        default=None,
+        metavar="PPO_PY",
+        help="PureJaxRL's purejaxrl/ppo.py (wrappers.py beside it): time it at the same sizes",
+    )
+    p.add_argument("--json", type=Path, default=None, help="also write the results here")
     p.add_argument("overrides", nargs="*", metavar="key=value")
     args = p.parse_args(argv)
+    for flag in ("num_envs", "seeds"):
+        if any(n < 1 for n in getattr(args, flag) or []):
+            p.error(f"--{flag.replace('_', '-')}: must be positive integers")
+    for flag in ("num_steps", "total_steps", "iterations", "repeats"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            p.error(f"--{flag.replace('_', '-')}: must be a positive integer (got {value})")
+    if args.purejaxrl is not None and not args.purejaxrl.is_file():
+        p.error(f"--purejaxrl: {str(args.purejaxrl)!r} does not exist")
+    return args
 
-    if args.num_envs:
-        runs = [(n, args.num_steps or 128, args.total_steps or 500_000) for n in args.num_envs]
-    else:
-        runs = [(n, args.num_steps or s, args.total_steps or t) for n, s, t in DEFAULT_RUNS]
-    print(
-        json.dumps(
-            {
-                "device": jax.devices()[0].device_kind,
-                "backend": jax.default_backend(),
-                "jax": jax.__version__,
-                "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
-            }
-        )
-    )
-    for num_envs, num_steps, total in runs:
-        extra = [f"num_envs={num_envs}", f"num_steps={num_steps}", f"total_env_steps={total}"]
-        if args.algo:
-            extra.append(f"algorithm={args.algo}")
+
+def runs_of(args: argparse.Namespace) -> list[list[str]]:
+    """The size overrides of each width."""
+    if not args.num_envs:
+        if args.num_steps or args.total_steps or args.iterations:
+            return runs_of(argparse.Namespace(**{**vars(args), "num_envs": [4, 64, 1024]}))
+        return [
+            [f"num_envs={n}", f"num_steps={s}", f"total_env_steps={t}"] for n, s, t in DEFAULT_RUNS
+        ]
+    out = []
+    for n in args.num_envs:
+        extra = [f"num_envs={n}"]
+        if args.num_steps:
+            extra.append(f"num_steps={args.num_steps}")
+        if args.total_steps:
+            extra.append(f"total_env_steps={args.total_steps}")
+        out.append(extra)
+    return out
+
+
+def configs_of(args: argparse.Namespace) -> list:
+    """The config of every width, checked before anything runs (exit 2 on a bad one)."""
+    configs = []
+    for extra in runs_of(args):
         if args.env:
-            extra.append(f"env={args.env}")
-        config = load_config(args.config or PUREJAXRL, [*args.overrides, *extra])
-        result = train_once(config, args.seeds, args.repeats)
-        reference = env_only_steps_per_second(
-            config.env, num_envs, num_steps, config.num_iterations * config.batch_size
-        )
+            extra = [*extra, f"env={args.env}"]
+        try:
+            config = load_config(args.config, [*args.overrides, *extra])
+            if args.iterations:
+                total = args.iterations * config.num_envs * config.num_steps
+                config = load_config(
+                    args.config, [*args.overrides, *extra, f"total_env_steps={total}"]
+                )
+        except ConfigError as err:
+            print(f"throughput.py: {err}", file=sys.stderr)
+            sys.exit(2)
+        configs.append(config)
+    return configs
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    configs = configs_of(args)
+    if args.purejaxrl is not None and any(c.algorithm != "ppo" for c in configs):
         print(
-            json.dumps(
-                {
-                    "algorithm": config.algorithm,
-                    "env": config.env,
-                    "num_envs": num_envs,
-                    "num_steps": num_steps,
-                    "total_env_steps": config.num_iterations * config.batch_size,
-                    "seeds": args.seeds,
-                    **{k: round(v, 3) for k, v in result.items()},
-                    "env_only_random_steps_per_second": round(reference),
-                    "training_over_env_only": round(result["env_steps_per_second"] / reference, 4),
-                }
-            ),
-            flush=True,
+            "throughput.py: --purejaxrl: PureJaxRL's ppo.py is PPO; the config is not",
+            file=sys.stderr,
         )
+        sys.exit(2)
+    module = None
+    if args.purejaxrl is not None:
+        import _purejaxrl
+
+        module = _purejaxrl.load(args.purejaxrl)
+    header = {
+        "device": jax.devices()[0].device_kind,
+        "backend": jax.default_backend(),
+        "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
+    }
+    print(json.dumps({**header, "jax": jax.__version__}), flush=True)
+    results = []
+    for config in configs:
+        for seeds in args.seeds:
+            results.extend(measure(config, seeds, args.repeats, module))
+    publish("throughput", {**header, "results": results}, args.json)
+
+
+def measure(config, seeds: int, repeats: int, module) -> list[dict]:
+    """One JSON line per implementation at one size."""
+    width = config.num_envs * seeds
+    reference = env_only_steps_per_second(
+        config.env, width, config.num_steps, config.num_iterations * config.batch_size * seeds
+    )
+    base = {
+        "algorithm": config.algorithm,
+        "env": config.env,
+        "num_envs": config.num_envs,
+        "num_steps": config.num_steps,
+        "total_env_steps": config.num_iterations * config.batch_size,
+        "seeds": seeds,
+        "env_only_random_steps_per_second": round(reference),
+    }
+    runs = [("rlax_trpo", lambda: train_once(config, seeds, repeats))]
+    if module is not None:
+        runs.append(("purejaxrl", lambda: purejaxrl_once(module, config, seeds, repeats)))
+    lines = []
+    for name, fn in runs:
+        result = fn()
+        line = {
+            "implementation": name,
+            **base,
+            **{k: round(v, 3) for k, v in result.items()},
+            "training_over_env_only": round(result["env_steps_per_second"] / reference, 4),
+        }
+        print(json.dumps(line), flush=True)
+        lines.append(line)
+    return lines
 
 
 if __name__ == "__main__":

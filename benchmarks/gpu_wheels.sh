@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Wheels that a GPU machine with jax, flax, optax, chex and orbax already installed (Python
+# 3.12, no network) lacks to run this project, its tests and benchmarks/gpu_suite.py, and
+# the project's own wheel, into wheelhouse/ (git-ignored). jax, jaxlib and CUDA are never
+# fetched. Optional suites (Brax, MuJoCo Playground, Jumanji) are left out: their tests and
+# configs skip without them.
+#
+#   benchmarks/gpu_wheels.sh [PUREJAXRL]
+#
+# PUREJAXRL: a clone of luchris429/purejaxrl (a bare git directory or a work tree); its
+# purejaxrl/ppo.py and wrappers.py are copied to wheelhouse/purejaxrl/ for the throughput
+# reference (PureJaxRL's code is never committed here). On the GPU machine:
+#
+#   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site wheelhouse/*.whl
+#   export PYTHONPATH=$PWD:/tmp/site
+set -euo pipefail
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
+    sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+    exit 0
+fi
+if [[ $# -gt 1 ]]; then
+    echo "gpu_wheels.sh: at most one argument (a PureJaxRL clone), got $#" >&2
+    exit 2
+fi
+if [[ $# -eq 1 && ! -d "$1" ]]; then
+    echo "gpu_wheels.sh: $1 is not a directory (a PureJaxRL clone)" >&2
+    exit 2
+fi
+cd "$(dirname "$0")/.."
+out=wheelhouse
+python=${PYTHON:-python3}
+mkdir -p "$out"
+rm -f "$out"/*.whl
+
+# Dependencies of rlax_trpo missing from that image, with the versions tested here, one
+# version each (two versions of a package stop a --no-deps install).
+packages=(
+    gymnax==1.0.1 gymnasium==1.3.0 farama-notifications==0.0.6
+    distrax==0.1.9 tfp-nightly==0.26.0.dev20261027 dm-tree==0.1.10 decorator==5.3.1 gast==0.7.0
+    pydantic==2.14.3 pydantic-core==2.50.4 annotated-types==0.8.0 typing-inspection==0.4.5
+)
+platforms=()
+for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 \
+    manylinux1_x86_64; do
+    platforms+=(--platform "$p")
+done
+"$python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp "${platforms[@]}" -d "$out" "${packages[@]}"
+
+# The project itself (pure Python).
+"$python" -m pip wheel -q --no-deps -w "$out" .
+
+if [[ $# -ge 1 ]]; then
+    mkdir -p "$out/purejaxrl"
+    for f in ppo.py wrappers.py; do
+        if [[ -f "$1/purejaxrl/$f" ]]; then
+            cp "$1/purejaxrl/$f" "$out/purejaxrl/$f"
+        else
+            git --git-dir="$1" show "HEAD:purejaxrl/$f" >"$out/purejaxrl/$f" 2>/dev/null ||
+                git -C "$1" show "HEAD:purejaxrl/$f" >"$out/purejaxrl/$f"
+        fi
+    done
+fi
+
+ls -l "$out"
+total=$(du -sb "$out" | cut -f1)
+echo "wheelhouse: $((total / 1024)) KiB (a device run carries at most 64 MiB with the tree)"
+if ((total > 48 * 1024 * 1024)); then
+    echo "gpu_wheels.sh: wheelhouse is over 48 MiB; the working tree must fit beside it" >&2
+    exit 1
+fi

@@ -1,0 +1,122 @@
+"""Every bundled config's programs lower for CUDA and TPU on this CPU, with no CPU-only call.
+
+`experiment.run` compiles a program's `init`, `run` and `evaluate`, vmapped over the
+population. Here each is traced once and lowered for `("cuda", "tpu")` with
+`lowering_platforms` (jaxlib's CPU build carries the lowering rules of every platform), and
+the StableHLO text is searched for custom calls that exist only on the CPU: LAPACK
+(`lapack_*`), DUCC FFTs and CPU host callbacks. `rlax_trpo.platform.setup_cpu` (applied by
+conftest) registers CPU-only lowering rules (straight-line threefry, LAPACK-free linear
+algebra); a GPU or TPU program must not pick them up, and a CPU-only call must not reach one.
+Progress callbacks are left out (a host callback lowers only for the running backend's
+platform); programs are built without one, as `make_program(config)` does by default.
+Physics configs (Brax, MuJoCo Playground) take 10-60 s each to trace and are marked slow.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+
+import jax
+import jax.numpy as jnp
+import pytest
+import yaml
+
+from rlax_trpo.defaults import bundled_config_names, find_config
+from rlax_trpo.program import make_program
+
+PLATFORMS = ("cuda", "tpu")
+CPU_ONLY = re.compile(r"lapack|ducc|cpu", re.IGNORECASE)
+SUITES = {"brax/": "brax", "playground/": "mujoco_playground", "jumanji/": "jumanji"}
+PHYSICS = ("brax/", "playground/")
+
+
+def custom_call_targets(text: str) -> set[str]:
+    """The custom-call targets of a lowered module's text (both spellings StableHLO uses)."""
+    return set(re.findall(r"custom_call\s*@([\w.$-]+)", text)) | set(
+        re.findall(r'call_target_name\s*=\s*"([^"]+)"', text)
+    )
+
+
+def cpu_only_calls(text: str) -> list[str]:
+    """The custom calls in `text` that only the CPU runs."""
+    return sorted(t for t in custom_call_targets(text) if CPU_ONLY.search(t))
+
+
+def load(name: str):
+    raw = yaml.safe_load(find_config(name).read_text())
+    if raw.get("algorithm") == "grpo_lm":
+        from rlax_trpo.lm.config import load_config
+
+        return load_config(find_config(name), [])
+    from rlax_trpo.config import load_config
+
+    return load_config(name, [])
+
+
+def lowered_programs(program, platforms=PLATFORMS, population: int = 2) -> dict[str, str]:
+    """StableHLO text of the population's init, run (one iteration) and evaluate programs,
+    vmapped as `experiment.run` vmaps them."""
+    keys = jax.random.split(jax.random.key(0), population)
+    hps = jax.tree.map(lambda x: jnp.broadcast_to(x, (population, *jnp.shape(x))), program.hparams)
+    init = jax.vmap(program.init)
+    state = jax.eval_shape(init, keys, hps)
+    calls = {
+        "init": (jax.jit(init), (keys, hps)),
+        "run": (jax.jit(jax.vmap(program.run, in_axes=(0, 0, None)), static_argnums=2),
+                (state, hps, 1)),
+        "evaluate": (jax.jit(jax.vmap(program.evaluate)), (state, keys)),
+    }  # fmt: skip
+    return {
+        name: fn.trace(*args).lower(lowering_platforms=platforms).as_text()
+        for name, (fn, args) in calls.items()
+    }
+
+
+def _params():
+    out = []
+    for name in bundled_config_names():
+        env = yaml.safe_load(find_config(name).read_text()).get("env") or ""
+        marks = [pytest.mark.slow] if env.startswith(PHYSICS) else []
+        for prefix, module in SUITES.items():
+            if env.startswith(prefix) and importlib.util.find_spec(module) is None:
+                marks.append(pytest.mark.skip(reason=f"{module} is not installed"))
+        out.append(pytest.param(name, marks=marks, id=name))
+    return out
+
+
+@pytest.mark.parametrize("name", _params())
+def test_bundled_config_lowers_for_gpu_and_tpu_without_cpu_only_calls(name):
+    texts = lowered_programs(make_program(load(name)))
+    for part, text in texts.items():
+        assert "func.func public @main" in text, f"{name} {part}: no main function"
+        assert cpu_only_calls(text) == [], f"{name} {part}: CPU-only custom calls"
+
+
+def _spd(a):
+    return jnp.linalg.cholesky(a @ jnp.swapaxes(a, -1, -2) + jnp.eye(a.shape[-1]))
+
+
+def test_the_check_flags_lapack_and_host_callbacks_lowered_for_cpu():
+    x = jnp.ones((3, 4, 4))
+    eigh = jax.jit(lambda a: jnp.linalg.eigh(a + jnp.swapaxes(a, -1, -2))[0]).trace(x)
+    on_cpu = eigh.lower(lowering_platforms=("cpu",)).as_text()
+    assert any(t.startswith("lapack_") for t in cpu_only_calls(on_cpu)), on_cpu[-2000:]
+    assert cpu_only_calls(eigh.lower(lowering_platforms=PLATFORMS).as_text()) == []
+
+    callback = jax.jit(lambda v: jax.debug.callback(print, v) or v + 1).trace(1.0)
+    assert cpu_only_calls(callback.lower(lowering_platforms=("cpu",)).as_text()) != []
+
+
+def test_cpu_only_lowering_rules_stay_on_the_cpu():
+    """setup_cpu's LAPACK-free Cholesky (registered with more than one CPU device) is the CPU's
+    alone: CUDA still gets cuSOLVER and TPU XLA's own op."""
+    traced = jax.jit(_spd).trace(jnp.ones((3, 4, 4)))
+    on_cpu = custom_call_targets(traced.lower(lowering_platforms=("cpu",)).as_text())
+    if any(t.startswith("lapack_") for t in on_cpu):
+        pytest.skip("LAPACK-free linear algebra is not registered (one CPU device)")
+    assert on_cpu == set()
+    on_cuda = custom_call_targets(traced.lower(lowering_platforms=("cuda",)).as_text())
+    assert any(t.startswith("cusolver_potrf") for t in on_cuda), on_cuda
+    on_tpu = traced.lower(lowering_platforms=("tpu",)).as_text()
+    assert custom_call_targets(on_tpu) == set() and "cholesky" in on_tpu
