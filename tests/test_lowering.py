@@ -44,11 +44,6 @@ def cpu_only_calls(text: str) -> list[str]:
 
 
 def load(name: str):
-    raw = yaml.safe_load(find_config(name).read_text())
-    if raw.get("algorithm") == "grpo_lm":
-        from rlax_trpo.lm.config import load_config
-
-        return load_config(find_config(name), [])
     from rlax_trpo.config import load_config
 
     return load_config(name, [])
