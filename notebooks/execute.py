@@ -3,8 +3,11 @@
     python notebooks/execute.py quickstart.ipynb sweeps.ipynb   # or no names: all of them
 
 The committed notebooks carry the outputs of this command (their figures and tables are
-visible without running them). The tests execute them at the small budget
-(`RLAX_TRPO_SMALL=1`) in memory and never write them back.
+visible without running them). The kernel imports this checkout's `rlax_trpo` (its root comes
+first on PYTHONPATH), not whatever the Python environment has installed, so the outputs are
+this code's. The tests execute them at the small budget (`RLAX_TRPO_SMALL=1`) in memory and
+never write them back; tests/test_notebooks.py re-runs quickstart at its full budget and
+compares what it prints with the committed outputs.
 """
 
 from __future__ import annotations
@@ -12,15 +15,26 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import MutableMapping
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def checkout_first(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Put this checkout's root first on PYTHONPATH, for the kernels started afterwards (from
+    `notebooks/`, an installed `rlax_trpo`, e.g. an editable install of another checkout,
+    would be imported instead)."""
+    rest = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(ROOT)]
+    environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *rest])
 
 
 def main(names: list[str]) -> int:
+    checkout_first()
     env_small = os.environ.pop("RLAX_TRPO_SMALL", None)
     if env_small:
         print("RLAX_TRPO_SMALL ignored: this saves full-budget outputs")

@@ -8,6 +8,7 @@ accuracy fails the test, not only a missing line).
 import importlib.metadata
 import importlib.util
 import math
+import os
 import re
 from pathlib import Path
 
@@ -179,3 +180,61 @@ def test_writing_a_run_folder_leaves_the_callers_matplotlib_backend_alone(tmp_pa
         assert matplotlib.get_backend() == "pdf" and (tmp_path / "c.png").stat().st_size > 0
     finally:
         matplotlib.use(before)
+
+
+# What quickstart.ipynb prints that depends only on the code (not on the machine's speed).
+_QUICKSTART_RESULTS = r"final return per seed: \[[^\]]*\]|lr [0-9]e-0[34]: final return \S+"
+
+
+def _committed_text(path: Path) -> str:
+    nb = nbformat.read(path, as_version=4)
+    cells = [c for c in nb.cells if c.cell_type == "code"]
+    return "".join(o.get("text", "") for c in cells for o in c.get("outputs", []))
+
+
+def test_quickstart_results_are_found_in_its_committed_outputs():
+    found = re.findall(_QUICKSTART_RESULTS, _committed_text(ROOT / "notebooks/quickstart.ipynb"))
+    assert len(found) == 4, found  # the per-seed line and three learning rates
+
+
+@pytest.mark.slow
+def test_quickstart_outputs_are_what_the_code_prints_now(monkeypatch):
+    """Re-runs quickstart.ipynb at its full budget (about 70 s on 2 cores) and compares its
+    per-seed and per-learning-rate returns with the committed outputs: a code change that
+    changes them needs `python notebooks/execute.py quickstart.ipynb`. The figures are
+    bitwise reproducible on the same device count, so the check runs where the machine
+    gives as many CPU devices as the committed run had."""
+    from rlax_trpo.platform import usable_cores
+
+    path = ROOT / "notebooks/quickstart.ipynb"
+    committed = _committed_text(path)
+    devices = len(re.findall(r"CpuDevice\(id=\d+\)", committed))
+    if devices != usable_cores() or "CUDA" in committed:
+        pytest.skip(f"the committed outputs come from {devices} CPU devices")
+    monkeypatch.delenv("RLAX_TRPO_SMALL", raising=False)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(
+        nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    ).execute()
+    now = "".join(
+        o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+    )
+    expected = re.findall(_QUICKSTART_RESULTS, committed)
+    assert re.findall(_QUICKSTART_RESULTS, now) == expected, (
+        "notebooks/quickstart.ipynb's outputs are stale: "
+        "python notebooks/execute.py quickstart.ipynb"
+    )
+
+
+def test_execute_py_kernels_import_this_checkout():
+    spec = importlib.util.spec_from_file_location("execute", ROOT / "notebooks/execute.py")
+    execute = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(execute)
+    environ = {"PYTHONPATH": f"/elsewhere{os.pathsep}{ROOT}"}
+    execute.checkout_first(environ)
+    assert environ["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/elsewhere"]
+    empty: dict = {}
+    execute.checkout_first(empty)
+    assert empty == {"PYTHONPATH": str(ROOT)}
