@@ -344,6 +344,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     raw = read_yaml(path) if path is not None else {}
     raw = merge_overrides(raw, parse_overrides(overrides or []))
     config = Config.create(**raw)
+    from rlax_trpo.platform import setup_cpu_for_run
+
+    setup_cpu_for_run()  # the name check imports gymnax, which starts JAX: set up the CPU first
     from rlax_trpo.envs import check_env_name  # host-only check, before any compilation
 
     check_env_name(config.env)

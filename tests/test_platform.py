@@ -173,12 +173,12 @@ def test_batched_cholesky_on_two_devices_finishes():
 
 RUN_PROBE = """
 import json, sys
-from rlax_trpo import Config, run
+from rlax_trpo import load_config, run
 if sys.argv[1] == "started":  # the script computes with JAX before the run
     import jax.numpy as jnp
     jnp.ones(1).block_until_ready()
-config = Config.create(env="CartPole-v1", num_envs=4, num_steps=16, total_env_steps=64,
-                       eval_episodes=1)
+tiny = ["num_envs=4", "num_steps=16", "total_env_steps=64", "eval_episodes=1"]
+config = load_config("ppo_cartpole", tiny)  # as in README.md
 result = run(config, seeds=2, out=sys.argv[2], progress=False)
 print(json.dumps({"used": result.summary["num_devices"]}))
 """
