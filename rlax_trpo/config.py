@@ -171,8 +171,7 @@ class Config:
     """Frozen, hashable static configuration. Build with `Config.create(**fields)` or `load_config`.
 
     Attributes mirror the YAML keys (see `ConfigModel`); `hp` holds the *default*
-    hyperparameters of the file as an `HParams` (floats, passed to `train` separately).
-    """
+    hyperparameters of the file as an `HParams` (floats, passed to `train` separately)."""
 
     __slots__ = ("_model",)
 
@@ -344,10 +343,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     raw = read_yaml(path) if path is not None else {}
     raw = merge_overrides(raw, parse_overrides(overrides or []))
     config = Config.create(**raw)
-    from rlax_trpo.platform import setup_cpu_for_run
+    from rlax_trpo import envs, platform  # host-only name check, before any compilation
 
-    setup_cpu_for_run()  # the name check imports gymnax, which starts JAX: set up the CPU first
-    from rlax_trpo.envs import check_env_name  # host-only check, before any compilation
-
-    check_env_name(config.env)
+    platform.setup_cpu_for_run()  # the check imports gymnax, which starts JAX: the CPU first
+    envs.check_env_name(config.env)
     return config
