@@ -2,8 +2,8 @@
 sections (`Section`), the fields of every run (`RunFields`) and of every control run
 (`ControlFields`). Algorithms compose their own sections from these
 (`rlax_trpo.algorithms.sections`); `rlax_trpo.config` assembles and validates a whole
-configuration. This module imports nothing else of the package (but the environment check,
-on use), so every algorithm can declare its section here without an import cycle.
+configuration. This module imports nothing else of the package (but the CPU setup and the
+environment check, on use), so every algorithm can declare its section here without an import cycle.
 """
 
 from __future__ import annotations
@@ -156,9 +156,10 @@ class ControlFields(RunFields):
         return self
 
     def host_checks(self) -> None:
-        from rlax_trpo.envs import check_env_name  # host-only, before any compilation
+        from rlax_trpo import envs, platform  # host-only, before any compilation
 
-        check_env_name(self.env)
+        platform.setup_cpu_for_run()  # the name check imports gymnax, which starts JAX
+        envs.check_env_name(self.env)
 
     @property
     def batch_size(self) -> int:

@@ -1,8 +1,10 @@
 """Host-side setup that call sites apply before JAX starts its backend.
 
 Nothing here runs at import; `train.py`, the tests, the benchmarks and the notebooks call
-`setup_cpu()` first thing. It does three things, all on the CPU backend only (a GPU or TPU
-run is unaffected: the CPU client is not its default backend):
+`setup_cpu()` first thing, and `rlax_trpo.run` calls it (`setup_cpu_for_run`) when JAX has
+not started yet, so a script gets the devices the command line gets. It does three things,
+all on the CPU backend only (a GPU or TPU run is unaffected: the CPU client is not its
+default backend):
 
 - **One CPU device per usable core** (`jax_num_cpu_devices`), unless `devices` or
   `XLA_FLAGS=--xla_force_host_platform_device_count=N` says otherwise. XLA:CPU runs one

@@ -195,6 +195,19 @@ MUTANTS = [
       "        if bundled.is_file():\n            return bundled",
       "        if False:\n            pass",
       ("tests/test_packaging.py", "-k", "empty_directory")),
+    M("wandb-login-not-checked", "rlax_trpo/loggers.py",
+      "    if wandb is not None and not _wandb_can_log():", "    if False:",
+      ("tests/test_loggers.py", "-k", "credentials")),
+    M("python-api-keeps-one-cpu-device", "rlax_trpo/experiment.py",
+      "    note = setup_cpu_for_run(devices)", "    note = None",
+      ("tests/test_platform.py", "-k", "python_api")),
+    M("resume-hint-names-train-py", "rlax_trpo/cli.py",
+      'command = f"python {prog}" if prog.endswith(".py") else prog',
+      'command = "python train.py"',
+      ("tests/test_cli.py", "-k", "resume_hint")),
+    M("top-level-help-is-train-help", "rlax_trpo/cli.py",
+      '    if argv[:1] in (["-h"], ["--help"]):', "    if False:",
+      ("tests/test_cli.py", "-k", "top_level_help")),
 ]  # fmt: skip
 
 

@@ -173,12 +173,12 @@ def test_batched_cholesky_on_two_devices_finishes():
 
 RUN_PROBE = """
 import json, sys
-from rlax_trpo import Config, run
+from rlax_trpo import load_config, run
 if sys.argv[1] == "started":  # the script computes with JAX before the run
     import jax.numpy as jnp
     jnp.ones(1).block_until_ready()
-config = Config.create(env="CartPole-v1", num_envs=4, num_steps=16, total_env_steps=64,
-                       eval_episodes=1)
+tiny = ["num_envs=4", "num_steps=16", "total_env_steps=64", "eval_episodes=1"]
+config = load_config("ppo_cartpole", tiny)  # as in README.md
 result = run(config, seeds=2, out=sys.argv[2], progress=False)
 print(json.dumps({"used": result.summary["num_devices"]}))
 """
@@ -205,6 +205,18 @@ def test_the_python_api_gets_the_devices_of_the_command_line(tmp_path):
     out, err = _run_probe("fresh", tmp_path / "fresh")
     assert out["used"] == 2, err
     assert "note:" not in err
+    tiny = ["num_envs=4", "num_steps=16", "total_env_steps=64", "eval_episodes=1"]
+    command = [sys.executable, str(ROOT / "train.py"), "--config", "ppo_cartpole", *tiny]
+    base = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    subprocess.run(
+        [*command, "--seeds", "2", "--no-progress", "--out", str(tmp_path / "cli")],
+        env={**base, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"},
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    csv = "metrics.csv"
+    assert (tmp_path / "fresh" / csv).read_bytes() == (tmp_path / "cli" / csv).read_bytes()
     # Started before the run: the count can no longer change, and one line says so.
     out, err = _run_probe("started", tmp_path / "started")
     assert out["used"] == 1
