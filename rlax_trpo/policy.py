@@ -14,7 +14,6 @@ import numpy as np
 
 from rlax_trpo import checkpoint
 from rlax_trpo import sweep as sweeplib
-from rlax_trpo.config import Config
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.evaluate import make_episode, make_evaluate, render_gif
 from rlax_trpo.program import make_program
@@ -46,7 +45,8 @@ class SavedRun:
             hps,
         )
         self.state, _, self.meta = checkpoint.restore_step(ckpt, abstract)
-        self.trainer = make_trainer(self.config) if isinstance(self.config, Config) else None
+        # A control algorithm has a training loop to act with; a language-model run does not.
+        self.trainer = make_trainer(self.config) if self.config.spec.make is not None else None
         self._compiled: dict[tuple, Any] = {}  # shared by this run's policies
 
     @property
@@ -188,8 +188,8 @@ def render_member(
 def format_evaluation(ev: RunEvaluation, run_dir: str | Path) -> str:
     """The lines `train.py eval` prints: greedy (and sampling) results per setting."""
     config, meta = ev.run.config, ev.run.meta
-    what = getattr(config, "env", None) or f"lm/{config.task}"
-    head = f"{config.algorithm} on {what}: {run_dir} (iteration {meta['iterations_done']}"
+    head = f"{config.algorithm} on {ev.run.program.name}: {run_dir}"
+    head += f" (iteration {meta['iterations_done']}"
     head += f" of {meta['num_iterations']}), "
     if ev.sampling is None:
         acc = ev.greedy[:, 0]
