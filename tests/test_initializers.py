@@ -109,3 +109,25 @@ def _assert_program_lapack_free(config):
     run = jax.vmap(lambda s, h: program.run(s, h, 1))
     assert _lapack_calls(run, state, hps) == set()
     assert _lapack_calls(jax.vmap(program.evaluate), state, keys) == set()
+
+
+LINEAR_ALGEBRA = re.compile(
+    r"\b(qr|geqrf|householder_product|cholesky|triangular_solve|lu|eigh|svd)\["
+)
+
+
+@pytest.mark.parametrize("name", ["ppo_cartpole", "trpo_cartpole", "ppo_breakout_minatar"])
+def test_network_initialisation_traces_no_linear_algebra(name):
+    """The initialiser itself, whatever the device count: with several CPU devices
+    `platform.setup_cpu` lowers a QR without LAPACK, so the lowered text alone cannot show
+    that flax's LAPACK-backed orthogonal initialiser came back; the traced program can."""
+    program = make_program(config_from_dict(read_yaml(ROOT / "configs" / f"{name}.yaml")))
+    keys = jax.random.split(jax.random.key(0), 2)
+    hps = jax.tree.map(lambda x: np.stack([x, x]), program.hparams)
+    text = str(jax.make_jaxpr(jax.vmap(program.init))(keys, hps))
+    assert LINEAR_ALGEBRA.findall(text) == []
+
+
+def test_the_linear_algebra_check_sees_flax_s_orthogonal_initialiser():
+    text = str(jax.make_jaxpr(lambda k: nn.initializers.orthogonal()(k, (4, 4)))(jax.random.key(0)))
+    assert LINEAR_ALGEBRA.findall(text)
