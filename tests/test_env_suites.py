@@ -31,7 +31,8 @@ def _episode(env, raw_reset, raw_step, raw_obs, actions, key=7):
     """Step the adapter and the raw environment together until the adapter's episode ends;
     returns (steps taken, the ending StepResult, the raw observation at the end, the reset
     observation the adapter's step key draws)."""
-    obs, state = env.reset(jax.random.key(key))
+    reset = jax.jit(env.reset)  # eager MJX/Brax resets take ~20 s op by op
+    obs, state = reset(jax.random.key(key))
     raw = raw_reset(jax.random.key(key))
     np.testing.assert_allclose(obs, raw_obs(raw), rtol=1e-5, atol=1e-6)
     step = jax.jit(env.step)
@@ -40,7 +41,7 @@ def _episode(env, raw_reset, raw_step, raw_obs, actions, key=7):
         res = step(k, state, action)
         raw = raw_step(raw, action)
         if bool(res.terminated) or bool(res.truncated):
-            return t + 1, res, raw_obs(raw), env.reset(k)[0]
+            return t + 1, res, raw_obs(raw), reset(k)[0]
         np.testing.assert_allclose(res.obs, raw_obs(raw), rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(res.final_obs, res.obs)
         state = res.state
@@ -85,12 +86,13 @@ def test_brax_termination_is_not_a_truncation():
 @needs["brax"]
 def test_brax_actions_are_clipped_and_the_truncation_is_marked():
     env = make_env("brax/inverted_pendulum", {"episode_length": 3})
-    _, state = env.reset(jax.random.key(0))
-    big = env.step(jax.random.key(1), state, jnp.array([50.0]))
-    edge = env.step(jax.random.key(1), state, jnp.array([1.0]))
+    _, state = jax.jit(env.reset)(jax.random.key(0))
+    step = jax.jit(env.step)
+    big = step(jax.random.key(1), state, jnp.array([50.0]))
+    edge = step(jax.random.key(1), state, jnp.array([1.0]))
     np.testing.assert_allclose(big.obs, edge.obs)
     for t in range(3):  # no force: the pole stays up for the 3 steps of the limit
-        res = env.step(jax.random.key(t + 2), state, jnp.zeros((1,)))
+        res = step(jax.random.key(t + 2), state, jnp.zeros((1,)))
         assert bool(res.truncated) == (t == 2) and not bool(res.terminated)
         state = res.state
     assert float(res.final_obs[1]) != float(res.obs[1])  # reset after the pre-reset obs
