@@ -44,7 +44,7 @@ SCRIPT = textwrap.dedent("""
     ppo = ["--no-progress", "num_envs=8", "num_steps=16", "total_env_steps=512", "num_epochs=2",
            "num_minibatches=4", "eval_episodes=2", "shuffle=per_env", "--shard", "envs"]
     for name, argv in (("ppo", ppo), ("trpo", [*trpo, "shuffle=per_env"])):
-        for d in (1, 2, 4):
+        for d in (1, 4):
             run = ["--devices", str(d), "--out", str(out / f"{name}_dp{d}")]
             assert train.main([*argv, *run]) == 0
 """)
@@ -116,7 +116,7 @@ def test_env_axis_sharded_trpo_equals_one_device(runs):
 
 
 @pytest.mark.parametrize("algorithm", ["ppo", "trpo"])
-@pytest.mark.parametrize("devices", [2, 4])
+@pytest.mark.parametrize("devices", [4])
 def test_data_parallel_update_equals_one_device(runs, algorithm, devices):
     summary = json.loads((runs / f"{algorithm}_dp{devices}" / "summary.json").read_text())
     assert summary["num_devices"] == devices and summary["device_layout"] == "envs"
@@ -153,7 +153,7 @@ HLO_SCRIPT = textwrap.dedent("""
         for shuffle in ("batch", "per_env"):
             raw = {"algorithm": algo, "num_envs": 16, "num_steps": 32, "shuffle": shuffle,
                    "num_minibatches" if algo == "ppo" else "value_minibatches": 4}
-            for d in (2, 4):
+            for d in (4,):  # 2 devices lower the same collectives (checked once: 2x the time)
                 text = compiled_text(raw, d)
                 kinds = "all-gather|all-reduce|all-to-all|collective-permute"
                 ops = re.findall(r"= ([^=\\n]*?) (" + kinds + r")[(]", text)
@@ -177,12 +177,12 @@ def test_data_parallel_update_gathers_nothing():
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = json.loads(proc.stdout.strip().splitlines()[-1])
     for algo in ("ppo", "trpo"):
-        for d in (2, 4):
+        for d in (4,):
             # The time-major flatten gathers the trajectory; the env-major one keeps it split
             # and turns the update's batch means into all-reduces.
             assert counts[f"{algo}/batch/{d}"]["all_gather"] > 0, counts
             assert counts[f"{algo}/per_env/{d}"]["all_gather"] == 0, counts
             assert counts[f"{algo}/per_env/{d}"]["all_reduce"] > 0, counts
-            # nothing batch-sized crosses devices (512 samples, 128-256 per device), not even
+            # nothing batch-sized crosses devices (512 samples, 128 per device), not even
             # as an all-reduce (a global shuffle of the env-major batch reduces its indices)
             assert counts[f"{algo}/per_env/{d}"]["longest_axis"] < 128, counts
