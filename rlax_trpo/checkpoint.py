@@ -3,8 +3,11 @@
 Layout of a checkpoint folder (a run folder's `checkpoint/`):
 
     checkpoint/
+      plan.json              seeds, seed, sweep, chunking: written before the first step, so
+                             a run that dies before its first checkpoint can start over
       config.yaml            the resolved config (also readable by `load_config`)
       LATEST                 name of the newest complete step folder, e.g. `iter_000010`
+      iter_000008/           the previous step (the newest `keep` steps are kept, default 2)
       iter_000010/
         state/               orbax StandardCheckpointer: the TrainState (keys as key data)
         metrics.npz          every metric so far, `[population, iterations_done]`
@@ -12,8 +15,10 @@ Layout of a checkpoint folder (a run folder's `checkpoint/`):
         MANIFEST.json        sha256 of every file above (corruption check on restore)
 
 A step folder is written under a temporary name and renamed when complete; `LATEST` is then
-replaced atomically (`os.replace`) and older step folders are removed. A crash at any point
-leaves the previous checkpoint intact, and restore never writes.
+replaced atomically (`os.replace`) and steps older than the newest `keep` are removed. A
+crash at any point leaves the previous checkpoints intact, and restore never writes. Restore
+takes the step LATEST names when it verifies, else the newest step that does (and says so):
+a step folder only exists under its final name once complete, so every verified one is whole.
 """
 
 from __future__ import annotations
@@ -38,6 +43,11 @@ from rlax_trpo.sweep import Sweep
 
 class CheckpointError(ConfigError):
     """A checkpoint is missing, corrupt, or does not match the run that reads it."""
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (disk full, permissions): one line naming the
+    folder, the cause and the newest checkpoint that is kept. Nothing half-written stays."""
 
 
 def _is_key(x: Any) -> bool:
@@ -78,47 +88,89 @@ def save_step(
     metrics: Mapping[str, np.ndarray],
     meta: Mapping[str, Any],
     config: Config,
+    keep: int = 2,
 ) -> Path:
-    """Write one complete checkpoint step atomically and point `LATEST` at it.
+    """Write one complete checkpoint step atomically and point `LATEST` at it; keep the
+    newest `keep` steps.
 
     `meta` must hold `iterations_done`; the step folder is named after it. In a multi-process
     run every process calls this (orbax writes each process's shards); process 0 alone
-    writes the other files and renames the folder, between barriers.
+    writes the other files and renames the folder, between barriers. A failed write (disk
+    full, permissions) removes its temporary folder and raises `CheckpointWriteError`.
     """
-    import jax
-    import orbax.checkpoint as ocp
-
     from rlax_trpo.parallel import barrier, run_token
 
     primary = jax.process_index() == 0
     ckpt_dir = Path(ckpt_dir).absolute()
     name = f"iter_{int(meta['iterations_done']):06d}"
     tmp = ckpt_dir / f".{name}.tmp-{run_token()}"
-    final = ckpt_dir / name
-    if primary:
-        ckpt_dir.mkdir(parents=True, exist_ok=True)
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir()
-    barrier("checkpoint-start")
-    checkpointer = ocp.StandardCheckpointer()
-    checkpointer.save(tmp / "state", to_savable(state))
-    checkpointer.wait_until_finished()
-    checkpointer.close()
-    if primary:
-        np.savez(tmp / "metrics.npz", **{k: np.asarray(v) for k, v in metrics.items()})
-        (tmp / "meta.json").write_text(json.dumps(dict(meta), indent=2) + "\n")
-        (tmp / "MANIFEST.json").write_text(json.dumps(_manifest(tmp), indent=1) + "\n")
-        _atomic_write(ckpt_dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
-        if final.exists():  # same step written again (e.g. a resumed run re-saving): replace
-            shutil.rmtree(final)
-        tmp.rename(final)
-        _atomic_write(ckpt_dir / "LATEST", name + "\n")
-        for old in ckpt_dir.glob("iter_*"):
-            if old.name != name and old.is_dir():
-                shutil.rmtree(old, ignore_errors=True)
+    try:
+        if primary:
+            ckpt_dir.mkdir(parents=True, exist_ok=True)
+            remove_leftovers(ckpt_dir)
+            tmp.mkdir()
+        barrier("checkpoint-start")
+        _write_state(tmp / "state", state)
+        if primary:
+            _finish_step(ckpt_dir, tmp, name, metrics, meta, config, keep)
+    except Exception as err:
+        if primary:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointWriteError(_write_failure(ckpt_dir, name, err)) from None
     barrier("checkpoint-done")
-    return final
+    return ckpt_dir / name
+
+
+def _write_state(path: Path, state: Any) -> None:
+    import orbax.checkpoint as ocp
+
+    checkpointer = ocp.StandardCheckpointer()
+    try:
+        checkpointer.save(path, to_savable(state))
+        checkpointer.wait_until_finished()
+    finally:
+        checkpointer.close()
+
+
+def _finish_step(ckpt_dir, tmp, name, metrics, meta, config, keep: int) -> None:
+    """The step's other files, the rename, LATEST, and the steps beyond `keep` removed."""
+    np.savez(tmp / "metrics.npz", **{k: np.asarray(v) for k, v in metrics.items()})
+    (tmp / "meta.json").write_text(json.dumps(dict(meta), indent=2) + "\n")
+    (tmp / "MANIFEST.json").write_text(json.dumps(_manifest(tmp), indent=1) + "\n")
+    _atomic_write(ckpt_dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
+    final = ckpt_dir / name
+    if final.exists():  # same step written again (e.g. a resumed run re-saving): replace
+        shutil.rmtree(final)
+    tmp.rename(final)
+    _atomic_write(ckpt_dir / "LATEST", name + "\n")
+    for old in saved_steps(ckpt_dir)[max(keep, 1) :]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_failure(ckpt_dir: Path, name: str, err: BaseException) -> str:
+    """One line: where, why (the first line of the cause, e.g. `[Errno 28] No space left on
+    device`), and which checkpoint is kept."""
+    cause = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+    if "RESOURCE_EXHAUSTED" in cause or "No space left" in str(err):
+        cause = "no space left on the device"
+    kept = saved_steps(ckpt_dir)
+    still = f"the checkpoint {kept[0].name} is kept" if kept else "no earlier checkpoint exists"
+    return f"could not write checkpoint {name} in {str(ckpt_dir)!r}: {cause[:200]}; {still}"
+
+
+def remove_leftovers(ckpt_dir: Path) -> None:
+    """Temporary files and step folders of writes that never finished (`.NAME.tmp-PID`)."""
+    for left in Path(ckpt_dir).glob(".*.tmp-*"):
+        if left.is_dir():
+            shutil.rmtree(left, ignore_errors=True)
+        else:
+            left.unlink(missing_ok=True)
+
+
+def saved_steps(ckpt_dir: Path) -> list[Path]:
+    """The step folders, newest first."""
+    found = [p for p in Path(ckpt_dir).glob("iter_*") if p.is_dir() and p.name[5:].isdigit()]
+    return sorted(found, key=lambda p: int(p.name[5:]), reverse=True)
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -135,38 +187,63 @@ def _manifest(folder: Path) -> dict[str, str]:
     return out
 
 
-def latest_step(ckpt_dir: str | Path) -> Path:
-    """The newest complete step folder, verified against its manifest."""
-    ckpt_dir = Path(ckpt_dir)
-    pointer = ckpt_dir / "LATEST"
-    if not ckpt_dir.is_dir():
-        raise CheckpointError(f"no checkpoint folder at {str(ckpt_dir)!r}")
-    if not pointer.is_file():
-        raise CheckpointError(
-            f"checkpoint {str(ckpt_dir)!r} has no LATEST file (not a "
-            f"checkpoint, or its first write never finished)"
-        )
-    step = ckpt_dir / pointer.read_text().strip()
-    if not step.name.startswith("iter_") or not step.is_dir():
-        raise CheckpointError(
-            f"checkpoint {str(ckpt_dir)!r} is corrupt: LATEST names "
-            f"{step.name!r}, which does not exist"
-        )
+def _verify(step: Path) -> str | None:
+    """None when every file the manifest names has its recorded checksum, else the problem
+    (files the manifest does not name are not the checkpoint's and are ignored)."""
     try:
         expected = json.loads((step / "MANIFEST.json").read_text())
     except (OSError, ValueError):
-        raise CheckpointError(
-            f"checkpoint {str(step)!r} is corrupt: unreadable MANIFEST.json"
-        ) from None
-    actual = _manifest(step)
-    if actual != expected:
-        bad = sorted(
-            set(expected) ^ set(actual) | {k for k in expected if actual.get(k) != expected[k]}
+        return f"checkpoint {str(step)!r} is corrupt: unreadable MANIFEST.json"
+    for rel, digest in sorted(expected.items()):
+        file = step / rel
+        try:
+            actual = hashlib.sha256(file.read_bytes()).hexdigest()
+        except OSError:
+            return f"checkpoint {str(step)!r} is corrupt: {rel} is missing"
+        if actual != digest:
+            return f"checkpoint {str(step)!r} is corrupt: {rel} does not match its checksum"
+    return None
+
+
+def find_step(ckpt_dir: str | Path) -> tuple[Path, str | None]:
+    """(the step to restore, why it is not the one LATEST names, or None). The step LATEST
+    names if it verifies, else the newest step that does. `CheckpointError` when none does."""
+    ckpt_dir = Path(ckpt_dir)
+    if not ckpt_dir.is_dir():
+        raise CheckpointError(f"no checkpoint folder at {str(ckpt_dir)!r}")
+    pointer = ckpt_dir / "LATEST"
+    problem = None
+    if not pointer.is_file():
+        problem = (
+            f"checkpoint {str(ckpt_dir)!r} has no LATEST file (not a checkpoint, or its first "
+            "write never finished)"
         )
-        raise CheckpointError(
-            f"checkpoint {str(step)!r} is corrupt: {bad[0]} does not match its recorded checksum"
-        )
-    return step
+    else:
+        try:
+            named = pointer.read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            named = None
+        step = ckpt_dir / named if named else None
+        if not named:
+            problem = f"checkpoint {str(ckpt_dir)!r} is corrupt: LATEST is empty or unreadable"
+        elif not named.startswith("iter_") or "/" in named or not step.is_dir():
+            problem = (
+                f"checkpoint {str(ckpt_dir)!r} is corrupt: LATEST names {named[:40]!r}, "
+                "which does not exist"
+            )
+        else:
+            problem = _verify(step)
+            if problem is None:
+                return step, None
+    for step in saved_steps(ckpt_dir):
+        if _verify(step) is None:
+            return step, problem
+    raise CheckpointError(problem)
+
+
+def latest_step(ckpt_dir: str | Path) -> Path:
+    """The newest complete, verified step folder (see `find_step`)."""
+    return find_step(ckpt_dir)[0]
 
 
 def read_meta(ckpt_dir: str | Path) -> dict[str, Any]:
@@ -252,22 +329,46 @@ def load_config(path: str | Path) -> Config:
     if not file.is_file():
         raise CheckpointError(f"checkpoint {str(path)!r} has no config.yaml")
     try:
-        return config_from_dict(yaml.safe_load(file.read_text()))
-    except yaml.YAMLError:
+        raw = yaml.safe_load(file.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError, OSError):
         raise CheckpointError(f"checkpoint {str(path)!r}: config.yaml is not valid YAML") from None
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"checkpoint {str(path)!r}: config.yaml is not a mapping")
+    return config_from_dict(raw)
 
 
 # ---------------------------------------------------------------- resuming a run
 
 
 class ResumePlan(NamedTuple):
-    """What a resumed run continues with, read from its checkpoint."""
+    """What a resumed run continues with, read from its checkpoint. `start_over`: no step
+    was ever saved (the run died before its first checkpoint); it restarts from iteration 0
+    with the plan saved when it began. `note`: a line to show (e.g. the step restored is
+    not the one LATEST names)."""
 
     config: Config
     seeds: int
     seed: int
     sweep: Sweep
     chunk_iterations: int | None
+    start_over: bool = False
+    note: str | None = None
+
+
+def save_plan(ckpt_dir: Path, plan: Mapping[str, Any]) -> None:
+    """`plan.json`: what a run that has no step yet needs to start over (`plan_resume`)."""
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    _atomic_write(ckpt_dir / "plan.json", json.dumps(dict(plan), indent=2) + "\n")
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        raise CheckpointError(f"{what} {str(path)!r} is unreadable or not JSON") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{what} {str(path)!r} is not a JSON object")
+    return data
 
 
 def plan_resume(run_dir: Path, config, seeds, seed, sweep) -> ResumePlan:
@@ -275,8 +376,18 @@ def plan_resume(run_dir: Path, config, seeds, seed, sweep) -> ResumePlan:
     if not run_dir.is_dir():
         raise ConfigError(f"--resume: {str(run_dir)!r} is not a run folder")
     ckpt = run_dir / "checkpoint"
-    meta = read_meta(ckpt)  # verifies the latest step's checksums
-    saved_config = load_config(ckpt)
+    note = None
+    if not saved_steps(ckpt) and (ckpt / "plan.json").is_file() and not (ckpt / "LATEST").exists():
+        meta = _read_json(ckpt / "plan.json", "run plan")  # died before its first checkpoint
+        saved_config = load_config(run_dir)
+        note = f"{run_dir}: no checkpoint was saved before the run stopped; it starts over"
+        meta["iterations_done"] = 0
+    else:
+        step, problem = find_step(ckpt)  # verifies the step's checksums
+        if problem is not None:
+            note = f"warning: {problem}; resuming from {step.name}"
+        meta = _read_json(step / "meta.json", "checkpoint facts")
+        saved_config = load_config(ckpt)
     if saved_config.to_dict() != meta.get("config"):
         raise CheckpointError(
             f"checkpoint {str(ckpt)!r} does not match: its config.yaml differs from the config "
@@ -300,4 +411,7 @@ def plan_resume(run_dir: Path, config, seeds, seed, sweep) -> ResumePlan:
     if meta["iterations_done"] >= meta["num_iterations"] and (run_dir / "summary.json").exists():
         raise ConfigError(f"--resume: the run in {str(run_dir)!r} is already complete")
     chunk = meta.get("chunk_iterations")
-    return ResumePlan(saved_config, saved["seeds"], saved["seed"], saved["sweep"], chunk)
+    start_over = meta["iterations_done"] == 0
+    return ResumePlan(
+        saved_config, saved["seeds"], saved["seed"], saved["sweep"], chunk, start_over, note
+    )

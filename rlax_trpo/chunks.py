@@ -62,7 +62,7 @@ def population_initializer(program: Program):
 
 def restore(setup: Setup, bar: ProgressBar) -> Start:
     """Iteration 0, or a resumed run's last checkpoint, placed on the devices."""
-    if setup.plan.resume is None:
+    if setup.plan.resume is None or setup.plan.start_over:
         return Start(iteration=0, state=None, history=[], wall_seconds=0.0, compile_seconds=0.0)
     placement = setup.placement
     state, so_far, meta = checkpoint.restore_step(
@@ -132,6 +132,8 @@ def _chunk_lengths(start: int, total: int, chunk: int, *every: int | None) -> li
         if period:
             ends |= set(range(period, total, period))
     ends = sorted(e for e in ends if e > start)
+    if not ends:  # training was done: only the final phase is left
+        return []
     return [b - a for a, b in zip([start, *ends[:-1]], ends, strict=True)]
 
 
@@ -199,7 +201,9 @@ def _save(setup: Setup, compiled: Compiled, state, metrics, done: int, wall_s: f
         "wall_seconds": wall_s,
         "compile_seconds": compiled.compile_seconds,
     }
-    checkpoint.save_step(setup.folder.work / "checkpoint", state, metrics, meta, plan.config)
+    checkpoint.save_step(
+        setup.folder.out / "checkpoint", state, metrics, meta, plan.config, plan.keep_checkpoints
+    )
 
 
 def _diverged(program: Program, metrics: dict[str, np.ndarray], state: Any) -> bool:

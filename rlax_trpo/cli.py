@@ -47,7 +47,10 @@ def build_parser(prog: str = "rlax-trpo train") -> argparse.ArgumentParser:
     add("--no-progress", action="store_true", help="hide the progress bar")
     add("--sweep", action="append", default=[], metavar="hp.NAME=V1,V2", help="sweep (repeat)")
     add("--chunk-iterations", type=int, metavar="K", help="checkpoint every K iterations")
-    add("--resume", type=Path, metavar="DIR", help="continue the run in DIR")
+    add("--resume", type=Path, metavar="DIR", help="continue the run in DIR (from its newest "
+        "checkpoint, or its final phase, or from the start if it saved none)")  # fmt: skip
+    add("--keep-checkpoints", type=int, default=2, metavar="K",
+        help="keep the newest K checkpoints (default 2)")  # fmt: skip
     add("--devices", type=int, metavar="N", help="devices to shard over (default: all that fit)")
     add("--shard", choices=("population", "envs"), default="population", help="what to split")
     add("--tensorboard", action="store_true", help="write <run>/tensorboard (tensorboardX)")
@@ -103,6 +106,7 @@ def train_main(argv: list[str], prog: str = "rlax-trpo train") -> int:
         tensorboard=args.tensorboard,
         wandb=wandb,
         log_every=args.log_every,
+        keep_checkpoints=args.keep_checkpoints,
     )
     return _report(result, prog)
 
@@ -291,7 +295,7 @@ def main_help(prog: str = "rlax-trpo") -> str:
 
 def main(argv: list[str] | None = None, prog: str = "rlax-trpo") -> int:
     """`rlax-trpo [train] ...`, `rlax-trpo eval ...`, `rlax-trpo configs`; the exit status."""
-    from rlax_trpo.errors import ConfigError
+    from rlax_trpo.errors import ConfigError, RunFailed
 
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] in (["-h"], ["--help"]):
@@ -308,3 +312,6 @@ def main(argv: list[str] | None = None, prog: str = "rlax-trpo") -> int:
     except (UsageError, ConfigError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except RunFailed as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.status

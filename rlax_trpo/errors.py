@@ -6,3 +6,42 @@ class ConfigError(ValueError):
 
     The message is one line that names the key and what is allowed.
     """
+
+
+class RunFailed(RuntimeError):
+    """A run stopped by its surroundings, not by its input: disk full, permissions, memory,
+    a second Ctrl-C. The message is one line naming the cause and what was kept; `status`
+    is the exit status (3; 130 for an interrupt)."""
+
+    def __init__(self, message: str, status: int = 3) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def describe_failure(err: BaseException, kept: object | None) -> BaseException | None:
+    """The one-line error a run's failure `err` becomes (`kept`: the run folder, when it
+    holds a checkpoint), or None when it is a defect to show with its traceback."""
+    import errno
+
+    where = (
+        f"the run folder {str(kept)!r} keeps its last checkpoint (--resume {kept} continues it)"
+        if kept is not None
+        else "nothing was kept"
+    )
+    if isinstance(err, KeyboardInterrupt):
+        return RunFailed(f"interrupted; {where}", status=130)
+    if type(err).__name__ == "CheckpointWriteError":
+        return RunFailed(str(err))
+    if isinstance(err, OSError) and err.errno in (
+        errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EIO,
+    ):  # fmt: skip
+        name = f": {err.filename}" if err.filename else ""
+        return RunFailed(f"{err.strerror}{name}; {where}")
+    text = str(err)
+    if "RESOURCE_EXHAUSTED" in text and ("memory" in text.lower() or "allocat" in text.lower()):
+        first = next((line for line in text.splitlines() if "RESOURCE_EXHAUSTED" in line), "")
+        return RunFailed(
+            f"out of memory on the device ({first.strip()[:160]}): use fewer num_envs, num_steps, "
+            f"seeds or settings; {where}"
+        )
+    return None

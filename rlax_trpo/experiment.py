@@ -38,18 +38,20 @@ import numpy as np
 from rlax_trpo import checkpoint, loggers, parallel
 from rlax_trpo import sweep as sweeplib
 from rlax_trpo.chunks import compile_run, population_initializer, restore, train
-from rlax_trpo.errors import ConfigError
+from rlax_trpo.errors import ConfigError, describe_failure
 from rlax_trpo.platform import setup_cpu_for_run
 from rlax_trpo.program import make_program
 from rlax_trpo.progress import ProgressBar, StopRequest
 from rlax_trpo.run_folder import (
     Folder,
+    RunLock,
     close_writers,
     evaluate,
     finish_folder,
+    holds_results,
     make_folder,
     open_folder,
-    remove_work_folder,
+    release_folder,
     summarize,
 )
 from rlax_trpo.types import Program
@@ -84,6 +86,8 @@ class RunPlan(NamedTuple):
     tensorboard: bool
     wandb: dict[str, Any] | None
     log_every: int | None
+    keep_checkpoints: int = 2
+    start_over: bool = False  # a resumed run that had saved no checkpoint: from iteration 0
 
     @property
     def settings(self) -> list[dict[str, float]]:
@@ -143,6 +147,7 @@ def run(
     tensorboard: bool = False,
     wandb: dict[str, Any] | None = None,
     log_every: int | None = None,
+    keep_checkpoints: int = 2,
 ) -> RunResult:
     """Train a population and write its run folder; every input is checked before any write.
 
@@ -162,6 +167,8 @@ def run(
       tensorboard, wandb, log_every: TensorBoard event files; Weights & Biases runs
         (`{"project": ..., "name": ...}`); written every `log_every` iterations
         (`rlax_trpo.loggers`).
+      keep_checkpoints: how many of the newest checkpoints a run keeps (default 2): resume
+        falls back to the previous one when the newest is damaged.
 
     Raises:
       ConfigError: bad input (one line naming it); nothing has been written then.
@@ -169,7 +176,7 @@ def run(
     given = RunPlan(config=config, seeds=seeds, seed=seed, sweep=sweep, out=out,
                     chunk_iterations=chunk_iterations, resume=resume, devices=devices,
                     shard=shard, progress=progress, tensorboard=tensorboard, wandb=wandb,
-                    log_every=log_every)  # fmt: skip
+                    log_every=log_every, keep_checkpoints=keep_checkpoints)  # fmt: skip
     plan = plan_run(given)
     note = setup_cpu_for_run(devices)
     if note:
@@ -186,6 +193,7 @@ def plan_run(given: RunPlan) -> RunPlan:
         ("--seeds", given.seeds),
         ("--chunk-iterations", given.chunk_iterations),
         ("--log-every", given.log_every),
+        ("--keep-checkpoints", given.keep_checkpoints),
     ):
         if value is not None and value < 1:
             raise ConfigError(f"{flag}: must be a positive integer (got {value})")
@@ -194,9 +202,17 @@ def plan_run(given: RunPlan) -> RunPlan:
         resume = Path(given.resume)
         if given.out is not None:
             raise ConfigError("--out: a resumed run continues in its own folder; drop --out")
+        holder = RunLock.holder(resume)
+        if holder is not None:
+            raise ConfigError(
+                f"--resume: {str(resume)!r} is being written by another run ({holder})"
+            )
         saved = checkpoint.plan_resume(resume, given.config, given.seeds, given.seed, given.sweep)
         chunk = given.chunk_iterations or saved.chunk_iterations
+        if saved.note:
+            print(saved.note, file=sys.stderr, flush=True)
         plan = given._replace(
+            start_over=saved.start_over,
             config=saved.config,
             seeds=saved.seeds,
             seed=saved.seed,
@@ -208,22 +224,57 @@ def plan_run(given: RunPlan) -> RunPlan:
     elif given.config is None:
         raise ConfigError("run: a config is needed (or resume=<run folder>)")
     out = Path(plan.out) if plan.out is not None else None
-    if given.resume is None and out is not None and out.exists():
-        if not out.is_dir() or any(out.iterdir()):
-            raise ConfigError(f"--out: {str(out)!r} exists and is not an empty directory")
+    if given.resume is None and out is not None:
+        _check_new_folder(out)
     loggers.check_available(plan.tensorboard, plan.wandb)
     return plan._replace(
         out=out, seeds=plan.seeds or 1, seed=plan.seed or 0, sweep=plan.sweep or sweeplib.NO_SWEEP
     )
 
 
+def _check_new_folder(out: Path) -> None:
+    """A fresh run's `--out`: absent or an empty directory; else one line saying what it is."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ConfigError(f"--out: {str(out)!r} exists and is not a directory")
+    if not any(out.iterdir()):
+        return
+    holder = RunLock.holder(out)
+    if holder is not None:
+        raise ConfigError(f"--out: {str(out)!r} is being written by another run ({holder})")
+    if (out / "checkpoint").is_dir() and not (out / "summary.json").exists():
+        raise ConfigError(
+            f"--out: {str(out)!r} holds a run that did not finish; continue it with "
+            f"--resume {out}, or choose another folder"
+        )
+    raise ConfigError(f"--out: {str(out)!r} exists and is not an empty directory")
+
+
 def _drive(plan: RunPlan, stop: StopRequest) -> RunResult:
-    """The stages after the plan, in order; the `finally` leaves no temporary folder."""
+    """The stages after the plan, in order. On any failure the folder is released: kept
+    when it holds a checkpoint, else what this run wrote is removed; the failure becomes
+    one line (`RunFailed`) saying what was kept."""
     owner = jax.process_index() == 0
     bar = ProgressBar(plan.total, 0, plan.progress and owner, plan.population)
     program = build(plan, bar)
     placement = place(plan, program)
     setup = Setup(plan, program, placement, folder=make_folder(plan, program, owner))
+    try:
+        return _stages(setup, bar, stop)
+    except BaseException as err:
+        keep = plan.resume is not None or holds_results(setup.folder)
+        release_folder(setup.folder, keep=keep)
+        failure = describe_failure(err, setup.folder.out if keep else None)
+        if failure is None:
+            raise
+        raise failure from None
+    finally:
+        bar.close()
+
+
+def _stages(setup: Setup, bar: ProgressBar, stop: StopRequest) -> RunResult:
+    """restore, open_folder, compile_run, train, evaluate, summarize, finish_folder."""
     start = restore(setup, bar)
     writers: list[Any] = []
     try:
@@ -232,6 +283,7 @@ def _drive(plan: RunPlan, stop: StopRequest) -> RunResult:
         trained = train(setup, compiled, start, writers, stop)
         bar.close()
         if trained.signal is not None:
+            release_folder(setup.folder, keep=True)
             out = setup.folder.out
             return RunResult(out, "interrupted", None, trained.metrics, None, trained.signal)
         evaluated = evaluate(setup, compiled, trained)
@@ -240,7 +292,7 @@ def _drive(plan: RunPlan, stop: StopRequest) -> RunResult:
     finally:
         bar.close()
         close_writers(writers)
-        remove_work_folder(setup.folder)
+    release_folder(setup.folder, keep=True)
     status = "diverged" if "diverged" in summary else "complete"
     return RunResult(setup.folder.out, status, summary, trained.metrics, evaluated.state)
 

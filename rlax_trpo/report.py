@@ -172,7 +172,9 @@ def write_run_files(
         name: [float(settings[m // seeds][name]) for m in range(population)] for name in sweep.names
     }
     seed_ids = [m % seeds for m in range(population)]
-    write_metrics_csv(folder / "metrics.csv", metrics, steps_per_iteration, extra, seed_ids)
+    # each file under a temporary name, then renamed: a crash never leaves one half written
+    write_metrics_csv(folder / ".metrics.tmp.csv", metrics, steps_per_iteration, extra, seed_ids)
+    os.replace(folder / ".metrics.tmp.csv", folder / "metrics.csv")
     title = f"{summary['algorithm']} on {summary['env']}"
     returns = metrics[curve].reshape(len(settings), seeds, -1)
     best = (summary.get("best") or {}).get("index", 0)
@@ -180,7 +182,7 @@ def write_run_files(
     if sweep.names:
         curves = {setting_label(s): r for s, r in zip(settings, returns, strict=True)}
         plot_curves(
-            folder / "sweep.png",
+            folder / ".sweep.tmp.png",
             curves,
             steps_per_iteration,
             f"{title}: {len(settings)} settings x {seeds} seeds",
@@ -188,13 +190,16 @@ def write_run_files(
             smooth,
         )
     plot_curves(
-        folder / "learning_curve.png",
+        folder / ".learning_curve.tmp.png",
         {label: returns[best]},
         steps_per_iteration,
         title,
         curve,
         smooth,
     )
+    for name in ("sweep.png", "learning_curve.png"):
+        if (folder / f".{name[:-4]}.tmp.png").exists():
+            os.replace(folder / f".{name[:-4]}.tmp.png", folder / name)
     write_json(folder / ".summary.json.tmp", summary)
     os.replace(folder / ".summary.json.tmp", folder / "summary.json")
 

@@ -1,12 +1,20 @@
-"""The run folder: where a run writes (`Folder`), its opening (config.yaml, live loggers)
-and the final phase (evaluation, summary, metrics.csv and plots, the folder in its place).
-Stages of `rlax_trpo.experiment.run`; the files themselves are `rlax_trpo.report`'s.
+"""The run folder: where a run writes (`Folder`), who may write it (`RunLock`), its opening
+(config.yaml, the plan, live loggers) and the final phase (evaluation, summary, metrics.csv
+and plots). Stages of `rlax_trpo.experiment.run`; the files themselves are `rlax_trpo.report`'s.
+
+A run writes its folder in place (also when `--out` is an empty mount point) and never
+deletes one that holds a checkpoint. summary.json, written last, marks a finished run;
+anything short of it is continued by `--resume`: from the newest checkpoint, from the final
+phase when training was done, or from the start when no checkpoint was ever saved. A run
+that fails before it saved anything removes what it wrote (nothing half written).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shutil
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -14,21 +22,78 @@ import numpy as np
 import yaml
 
 from rlax_trpo import checkpoint, loggers, parallel, report
+from rlax_trpo.errors import ConfigError
 from rlax_trpo.types import Program
 
 if TYPE_CHECKING:
     from rlax_trpo.chunks import Compiled, Trained
     from rlax_trpo.experiment import RunPlan, Setup
 
+LOCK = ".lock"
+
+
+class RunLock:
+    """`DIR/.lock`, held with `fcntl.flock` by the one process that writes the run folder; its
+    text names the holder (pid and host). The kernel releases the lock when the holder dies,
+    so a crashed run never blocks the next one; a live one makes any second writer fail."""
+
+    def __init__(self, path: Path, fd: int | None) -> None:
+        self.path, self.fd = path, fd
+
+    @staticmethod
+    def holder(folder: Path) -> str | None:
+        """Who holds `folder`'s lock (e.g. `pid 123 on host-a`), or None; writes nothing."""
+        import fcntl
+
+        try:
+            fd = os.open(folder / LOCK, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return (folder / LOCK).read_text(errors="replace").strip() or "another process"
+        finally:
+            os.close(fd)
+        return None
+
+    @classmethod
+    def acquire(cls, folder: Path) -> RunLock:
+        """The lock of `folder` (which exists), or ConfigError naming its holder."""
+        import fcntl
+
+        path = folder / LOCK
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.fstat(fd).st_ino != os.stat(path).st_ino:  # released and removed meanwhile
+                raise BlockingIOError
+        except (BlockingIOError, FileNotFoundError):
+            os.close(fd)
+            who = RunLock.holder(folder) or "another process"
+            raise ConfigError(
+                f"--out: {str(folder)!r} is being written by another run ({who}); wait for it "
+                "to end or choose another folder"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+        return cls(path, fd)
+
+    def release(self) -> None:
+        if self.fd is not None:  # once
+            self.path.unlink(missing_ok=True)
+            os.close(self.fd)
+            self.fd = None
+
 
 class Folder(NamedTuple):
-    """The run folder and where its files are written: the folder itself for a chunked run
-    (so --resume finds it), else a temporary sibling renamed at the end (a run folder is
-    whole or absent). `owner`: this process writes it (process 0 speaks for all)."""
+    """The run folder, written in place. `owner`: this process writes it (process 0 speaks
+    for all); `created`: this run created it (else it was an empty folder, or a resumed run's)."""
 
     out: Path
-    work: Path
     owner: bool
+    created: bool = False
+    lock: RunLock | None = None
 
 
 class Evaluated(NamedTuple):
@@ -39,23 +104,73 @@ class Evaluated(NamedTuple):
 
 
 def make_folder(plan: RunPlan, program: Program, owner: bool) -> Folder:
-    """The run folder (default `runs/<algorithm>_<run_name>_<time>`) and its working folder."""
+    """The run folder (default `runs/<algorithm>_<run_name>_<time>`), created and locked by
+    its owner. A fresh run's folder must be empty (an empty mount point will do); a resumed
+    run's leftovers of unfinished writes are removed, and one that starts over is emptied."""
     name = f"{plan.config.algorithm}_{program.run_name}_{dt.datetime.now():%Y%m%d-%H%M%S}"
     out = plan.out or Path("runs") / name
-    work = out if plan.chunked else out.parent / f".{out.name}.tmp-{parallel.run_token()}"
-    return Folder(out=out, work=work, owner=owner)
+    if not owner:
+        return Folder(out=out, owner=False)
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"--out: cannot create {str(out)!r}: {err.strerror}") from None
+    try:
+        lock = RunLock.acquire(out)
+    except ConfigError:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    folder = Folder(out=out, owner=True, created=created, lock=lock)
+    if plan.resume is None and any(p.name != LOCK for p in out.iterdir()):
+        release_folder(folder, keep=True)  # another run wrote it since the plan was checked
+        raise ConfigError(f"--out: {str(out)!r} exists and is not an empty directory")
+    if plan.resume is not None:
+        checkpoint.remove_leftovers(out / "checkpoint")
+        for left in out.glob(".*.tmp*"):
+            left.unlink(missing_ok=True)
+        if plan.start_over:
+            _empty(out)
+    return folder
+
+
+def _empty(out: Path) -> None:
+    """Everything in `out` but the lock (a run that starts over: all of it was its own)."""
+    for entry in out.iterdir():
+        if entry.name == LOCK:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 def open_folder(setup: Setup) -> list[Any]:
-    """The working folder with config.yaml, and the live loggers asked for (process 0)."""
+    """config.yaml, the plan a run without a checkpoint starts over from, and the live
+    loggers asked for (process 0)."""
     plan, folder = setup.plan, setup.folder
     if not folder.owner:
         return []
     config = plan.config.to_dict()
-    folder.work.mkdir(parents=True, exist_ok=True)
-    (folder.work / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    tmp = folder.out / ".config.yaml.tmp"
+    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
+    os.replace(tmp, folder.out / "config.yaml")
+    if plan.resume is None or plan.start_over:
+        checkpoint.save_plan(
+            folder.out / "checkpoint",
+            {
+                "config": config,
+                "seeds": plan.seeds,
+                "seed": plan.seed,
+                "sweep": plan.sweep.to_dict(),
+                "num_iterations": plan.total,
+                "chunk_iterations": plan.chunk,
+                "population": plan.population,
+            },
+        )
     return loggers.open_writers(
-        folder.work,
+        folder.out,
         folder.out.name,
         config,
         plan.settings,
@@ -113,30 +228,37 @@ def summarize(
 def finish_folder(
     setup: Setup, writers: list[Any], metrics: dict[str, np.ndarray], summary: dict[str, Any]
 ) -> None:
-    """The loggers closed; metrics.csv, plots and summary.json (last) written; an unchunked
-    run's working folder renamed to the run folder."""
+    """The loggers closed; metrics.csv, plots and summary.json (last) written."""
     close_writers(writers)
     folder = setup.folder
     if not folder.owner:
         return
     report.write_run_files(
-        folder.work,
+        folder.out,
         metrics,
         summary,
         setup.plan.sweep,
         setup.program.steps_per_iteration,
         setup.program.curve,
     )
-    if folder.work != folder.out:
-        if folder.out.exists():
-            folder.out.rmdir()  # checked empty before anything was written
-        folder.work.rename(folder.out)
 
 
-def remove_work_folder(folder: Folder) -> None:
-    """An unchunked run's working folder left by a failure (process 0 owns the folder)."""
-    if folder.owner and folder.work != folder.out and folder.work.exists():
-        shutil.rmtree(folder.work, ignore_errors=True)
+def holds_results(folder: Folder) -> bool:
+    """Whether the folder holds a saved checkpoint step (then it is never removed)."""
+    return bool(checkpoint.saved_steps(folder.out / "checkpoint"))
+
+
+def release_folder(folder: Folder, keep: bool) -> None:
+    """The lock released; unless `keep`, what this run wrote removed (the folder too when it
+    created it). Only the owner acts."""
+    if not folder.owner or folder.lock is None:
+        return
+    if not keep:
+        if folder.created:
+            shutil.rmtree(folder.out, ignore_errors=True)
+        else:
+            _empty(folder.out)
+    folder.lock.release()
 
 
 def close_writers(writers: list[Any]) -> None:

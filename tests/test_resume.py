@@ -104,13 +104,14 @@ def _resumable_copy(uninterrupted: Path, tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     "damage, expected",
     [
-        ("flip", "is corrupt"),
-        ("latest", "is corrupt: LATEST names"),
-        ("no_latest", "has no LATEST file"),
+        ("flip", "is corrupt: state/"),
+        ("missing", "is corrupt: metrics.npz is missing"),
         ("config", "config.yaml differs"),
     ],
 )
 def test_corrupt_checkpoint_is_refused_and_kept(uninterrupted, tmp_path, capsys, damage, expected):
+    """The run's only checkpoint is damaged: nothing to fall back to (tests/test_faults.py
+    has the fallback to an older one)."""
     run = _resumable_copy(uninterrupted, tmp_path)
     ckpt = run / "checkpoint"
     step = ckpt / (ckpt / "LATEST").read_text().strip()
@@ -121,10 +122,8 @@ def test_corrupt_checkpoint_is_refused_and_kept(uninterrupted, tmp_path, capsys,
         data = bytearray(victim.read_bytes())
         data[len(data) // 2] ^= 0xFF
         victim.write_bytes(bytes(data))
-    elif damage == "latest":
-        (ckpt / "LATEST").write_text("iter_999999\n")
-    elif damage == "no_latest":
-        (ckpt / "LATEST").unlink()
+    elif damage == "missing":
+        (step / "metrics.npz").unlink()
     else:
         text = (ckpt / "config.yaml").read_text().replace("num_envs: 4", "num_envs: 8")
         (ckpt / "config.yaml").write_text(text)
@@ -133,6 +132,32 @@ def test_corrupt_checkpoint_is_refused_and_kept(uninterrupted, tmp_path, capsys,
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and expected in err, err
     assert _tree_hash(run) == before  # never overwritten
+
+
+@pytest.mark.parametrize(
+    "damage, problem",
+    [
+        ("latest", "LATEST names 'iter_999999', which does not exist"),
+        ("empty_latest", "LATEST is empty or unreadable"),
+        ("no_latest", "has no LATEST file"),
+    ],
+)
+def test_a_damaged_latest_pointer_falls_back_to_the_newest_verified_step(
+    uninterrupted, tmp_path, capsys, damage, problem
+):
+    """LATEST only points: a step folder exists under its name only once complete, and its
+    manifest verifies it, so the newest verified step is taken (and the problem named)."""
+    run = _resumable_copy(uninterrupted, tmp_path)
+    latest = run / "checkpoint" / "LATEST"
+    if damage == "no_latest":
+        latest.unlink()
+    else:
+        latest.write_text("iter_999999\n" if damage == "latest" else "")
+    assert train.main(["--resume", str(run), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: checkpoint {str(run / 'checkpoint')!r}" in err and problem in err, err
+    assert "resuming from iter_000008" in err
+    assert (run / "metrics.csv").read_bytes() == (uninterrupted / "metrics.csv").read_bytes()
 
 
 @pytest.mark.parametrize(

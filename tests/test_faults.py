@@ -1,0 +1,231 @@
+"""Faults an operator meets, at a small budget: a process killed (SIGKILL) in each phase of
+a chunked run, a second writer, an empty mount point as `--out`, a full disk, a damaged
+newest checkpoint. Whatever was computed before the fault is kept, and `--resume` finishes
+the run with a metrics.csv byte-identical to an uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import train
+from rlax_trpo import checkpoint, chunks, experiment
+
+ROOT = Path(__file__).resolve().parents[1]
+# 8 iterations of a tiny PPO run, 2 seeds, a checkpoint after every 2.
+TINY = [
+    "--seeds",
+    "2",
+    "--no-progress",
+    "num_envs=4",
+    "num_steps=16",
+    "total_env_steps=512",
+    "num_epochs=1",
+    "num_minibatches=1",
+    "eval_episodes=2",
+    "--chunk-iterations",
+    "2",
+]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> bytes:
+    """metrics.csv of the same run, never interrupted."""
+    out = tmp_path_factory.mktemp("ref") / "run"
+    assert train.main([*TINY, "--out", str(out)]) == 0
+    assert not (out / ".lock").exists()  # released at the end
+    return (out / "metrics.csv").read_bytes()
+
+
+# A run that SIGKILLs itself the moment it calls MODULE.FUNCTION for the N-th time: a crash at
+# a precise point of a phase (no `finally`, no handler runs, as with `kill -9`).
+KILL_AT = textwrap.dedent("""
+    import importlib, os, signal, sys
+    sys.path.insert(0, os.environ["ROOT"])
+    module, function, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    target = importlib.import_module(module)
+    original, calls = getattr(target, function), [0]
+
+    def killing(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == n:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return original(*args, **kwargs)
+
+    setattr(target, function, killing)
+    import train
+    sys.exit(train.main(sys.argv[4:]))
+""")
+
+PHASES = {  # phase -> (module, function, call): where the process dies
+    "compiling, before any checkpoint": ("rlax_trpo.experiment", "compile_run", 1),
+    "inside the second checkpoint write": ("rlax_trpo.checkpoint", "_finish_step", 2),
+    "between chunks": ("rlax_trpo.chunks", "_chunk_metrics", 3),
+    "after the last checkpoint (evaluation)": ("rlax_trpo.experiment", "evaluate", 1),
+    "writing metrics.csv": ("rlax_trpo.report", "write_metrics_csv", 1),
+}
+
+
+def _run_killed(where: tuple[str, str, int], argv: list[str], cwd: Path):
+    env = {**os.environ, "ROOT": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    cmd = [sys.executable, "-c", KILL_AT, *map(str, where), *argv]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("phase", sorted(PHASES))
+def test_killed_in_any_phase_resume_finishes_identically(phase, reference, tmp_path, capsys):
+    out = tmp_path / "run"
+    proc = _run_killed(PHASES[phase], [*TINY, "--out", str(out)], tmp_path)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    assert not (out / "summary.json").exists()
+    # The same folder is refused as a fresh run's --out with a pointer to --resume ...
+    assert train.main([*TINY, "--out", str(out)]) == 2
+    assert f"continue it with --resume {out}" in capsys.readouterr().err
+    # ... and --resume finishes it (from the start when no checkpoint had been saved).
+    assert train.main(["--resume", str(out), "--no-progress"]) == 0
+    assert (out / "metrics.csv").read_bytes() == reference
+    assert not list(out.rglob(".*tmp*")) and not (out / ".lock").exists()
+
+
+def test_a_second_writer_fails_at_once_and_the_first_is_unharmed(reference, tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    cmd = [sys.executable, str(ROOT / "train.py"), *TINY]
+    first = subprocess.Popen(
+        [*cmd, "--out", str(out)], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.time() + 240
+    while not (out / ".lock").exists() and first.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    for second_argv in ([*cmd, "--out", str(out)], [*cmd[:2], "--resume", str(out)]):
+        t0 = time.time()
+        second = subprocess.run(second_argv, cwd=tmp_path, env=env, capture_output=True, text=True)
+        if first.poll() is not None:
+            pytest.fail("the first run ended before the second started; nothing was tested")
+        assert second.returncode == 2, second.stderr
+        err = second.stderr.strip().splitlines()
+        assert len(err) == 1 and "is being written by another run (pid" in err[0], err
+        assert time.time() - t0 < 60
+    assert first.wait(timeout=300) == 0, first.stderr.read()
+    assert (out / "metrics.csv").read_bytes() == reference
+
+
+def test_an_empty_mount_point_as_out_keeps_the_results(tmp_path):
+    """`--out` an existing empty folder (as a container volume is): the run writes inside it
+    and never renames or removes it."""
+    out = tmp_path / "volume"
+    out.mkdir()
+    argv = [*TINY[:-2], "--out", str(out)]  # unchunked
+    assert train.main(argv) == 0
+    names = {p.name for p in out.iterdir()}
+    assert {"summary.json", "metrics.csv", "config.yaml", "checkpoint"} <= names, names
+    assert ".lock" not in names
+
+
+def test_a_failure_before_any_checkpoint_leaves_nothing(tmp_path, monkeypatch, capsys):
+    """Nothing computed, nothing kept: a fresh folder is removed, an empty mount point emptied
+    (never removed itself)."""
+
+    def out_of_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device", "compile cache")
+
+    monkeypatch.setattr(experiment, "compile_run", out_of_disk)
+    for out, existed in ((tmp_path / "new", False), (tmp_path / "volume", True)):
+        if existed:
+            out.mkdir()
+        assert train.main([*TINY, "--out", str(out)]) == 3
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1] == "error: No space left on device: compile cache; nothing was kept", err
+        assert out.exists() == existed and not (existed and any(out.iterdir()))
+
+
+def _mount_tmpfs(path: Path, size: str) -> bool:
+    path.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+    )
+    return proc.returncode == 0
+
+
+def test_disk_full_is_one_line_and_keeps_the_last_checkpoint(reference, tmp_path, monkeypatch):
+    """A real full disk: a small tmpfs filled up after the first checkpoint."""
+    disk = tmp_path / "disk"
+    if shutil.which("mount") is None or not _mount_tmpfs(disk, "16m"):
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        out = disk / "run"
+        save = chunks._save
+
+        def save_then_fill(setup, *args):
+            save(setup, *args)
+            with (disk / "filler").open("wb") as f:  # the disk fills up after this checkpoint
+                try:
+                    while True:
+                        f.write(b"\0" * (1 << 16))
+                except OSError:
+                    pass
+
+        monkeypatch.setattr(chunks, "_save", save_then_fill)
+        proc_err = _capture_main([*TINY, "--out", str(out)])
+        monkeypatch.undo()
+        code, err = proc_err
+        assert code == 3, err
+        assert len(err) == 1 and err[0].startswith("error: "), err
+        assert "no space left" in err[0].lower() and "iter_000002" in err[0], err
+        assert checkpoint.read_meta(out / "checkpoint")["iterations_done"] == 2
+        (disk / "filler").unlink()
+        assert train.main(["--resume", str(out), "--no-progress"]) == 0
+        assert (out / "metrics.csv").read_bytes() == reference
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
+
+
+def _capture_main(argv: list[str]) -> tuple[int, list[str]]:
+    import contextlib
+    import io
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stderr(buffer):
+        code = train.main(argv)
+    lines = [x for x in buffer.getvalue().splitlines() if x.strip()]
+    return code, [x for x in lines if not x.startswith("compiling")]
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(reference, tmp_path):
+    out = tmp_path / "run"
+    assert train.main([*TINY, "--keep-checkpoints", "3", "--out", str(out)]) == 0
+    ckpt = out / "checkpoint"
+    assert sorted(p.name for p in ckpt.glob("iter_*")) == [
+        "iter_000004",
+        "iter_000006",
+        "iter_000008",
+    ]
+    (out / "summary.json").unlink()  # as if it died in its final phase ...
+    victim = max((ckpt / "iter_000008" / "state").rglob("*"), key=lambda p: p.stat().st_size)
+    victim.write_bytes(victim.read_bytes()[::-1])  # ... with its newest checkpoint damaged
+    (ckpt / "iter_000008" / "stray.txt").write_text("not the checkpoint's")
+    code, err = _capture_main(["--resume", str(out), "--no-progress"])
+    assert code == 0, err
+    assert any("iter_000008" in x and "resuming from iter_000006" in x for x in err), err
+    assert (out / "metrics.csv").read_bytes() == reference
+    assert json.loads((out / "summary.json").read_text())["iterations_done"] == 8
+
+
+def test_a_stray_file_in_a_step_is_not_damage(reference, tmp_path):
+    out = tmp_path / "run"
+    assert train.main([*TINY, "--out", str(out)]) == 0
+    (out / "summary.json").unlink()
+    (out / "checkpoint" / "iter_000008" / "notes.txt").write_text("mine")
+    code, err = _capture_main(["--resume", str(out), "--no-progress"])
+    assert code == 0 and not any("warning" in x for x in err), err
+    assert (out / "metrics.csv").read_bytes() == reference
