@@ -197,6 +197,8 @@ def plan_run(given: RunPlan) -> RunPlan:
     ):
         if value is not None and value < 1:
             raise ConfigError(f"{flag}: must be a positive integer (got {value})")
+    if given.seed is not None and not 0 <= given.seed < 2**63:
+        raise ConfigError(f"--seed: must be an integer from 0 to 2**63 - 1 (got {given.seed})")
     plan = given
     if given.resume is not None:
         resume = Path(given.resume)

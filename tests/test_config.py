@@ -92,7 +92,35 @@ BAD_INPUTS = [
     (["total_env_steps=1e20"], "total_env_steps: "),
     (["--seeds", "0"], "--seeds: must be a positive integer"),
     (["noequals"], "expected key=value"),
-]
+    (["env_kwargs={max_steps_in_episode: -5}"], "env_kwargs.max_steps_in_episode: must be a posi"),
+    (["env_kwargs={gravity: heavy}"], "env_kwargs.gravity: CartPole-v1 expects a number"),
+    (["env_kwargs={max_steps_in_episode: 2.5}"], "env_kwargs.max_steps_in_episode: CartPole-v1 e"),
+    (["env_kwargs={bogus: 1}"], "env_kwargs.bogus: not a parameter of CartPole-v1; allowed:"),
+    (["env_kwargs=notadict"], "env_kwargs: Input should be a valid dictionary"),
+    (["--seed", str(2**70)], "--seed: must be an integer from 0 to 2**63 - 1"),
+    (["--seed", "-1"], "--seed: must be an integer from 0 to 2**63 - 1"),
+    (["--num-processes", "2"], "--num-processes: a multi-process run needs --coordinator-address"),
+    (["--coordinator-address", "notaport", "--num-processes", "2", "--process-id", "0"],
+     "--coordinator-address: expected HOST:PORT"),
+    (["--coordinator-address", "localhost:1234"], "give --num-processes and --process-id too"),
+    (["--coordinator-address", "localhost:1234", "--num-processes", "2", "--process-id", "2"],
+     "--process-id: must be from 0 to 1"),
+    (["--keep-checkpoints", "0"], "--keep-checkpoints: must be a positive integer"),
+    (["--chunk-iterations", "0"], "--chunk-iterations: must be a positive integer"),
+    (["--devices", "1000"], "--devices: 1000 is not between 1 and the"),
+    (["--seeds", "abc"], "argument --seeds: invalid int value"),
+    (["eval_episodes=0"], "eval_episodes: Input should be greater than 0"),
+    (["hp.gamma=1.5"], "hp.gamma: Input should be less than or equal to 1"),
+    (["hp.learning_rate=nan"], "hp.learning_rate: Input should be a finite number"),
+    (["num_steps=1.5"], "num_steps: Input should be a valid integer"),
+    (["activation=foo"], "activation: Input should be 'tanh' or 'relu'"),
+    (["network=transformer"], "network: Input should be 'auto', 'mlp' or 'cnn'"),
+    (["--sweep", "hp.learning_rate=abc,1"], "--sweep hp.learning_rate: value 'abc' is not a num"),
+    (["--sweep", "hp.bogus=1,2"], "--sweep hp.bogus: not a hyperparameter of ppo"),
+    (["--config", "{list}"], "must hold a mapping of keys, not a list"),
+    (["--import", "{broken_plugin}"], "failed to import: SyntaxError"),
+    (["--resume", "{not_a_run}"], "is not a run folder"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("argv, expected", BAD_INPUTS, ids=[b[1][:30] for b in BAD_INPUTS])
@@ -105,10 +133,20 @@ def test_bad_input_one_line_exit_2_nothing_written(argv, expected, tmp_path, cap
         bad.write_text("hp: {learning_rate: 0.01}\nnum_envs: 4\nhp: {gamma: 0.9}\n")
     if argv[:2] == ["--config", "{latin1}"]:
         bad.write_bytes("env: CartPole-v1 # caf\xe9\n".encode("latin-1"))
+    if argv[:2] == ["--config", "{list}"]:
+        bad.write_text("- algorithm\n- ppo\n")
     if argv[0] == "--config" and argv[1].startswith("{"):
         argv = ["--config", str(bad)]
+    if argv == ["--import", "{broken_plugin}"]:
+        (tmp_path / "broken_plugin.py").write_text("def broken(:\n")
+        argv = ["--import", str(tmp_path / "broken_plugin.py")]
     out = tmp_path / "run"
-    code = train.main([*argv, "--out", str(out), "--no-progress"])
+    if argv == ["--resume", "{not_a_run}"]:
+        out.mkdir()
+        argv, out = ["--resume", str(out)], tmp_path / "nothing"
+    code = train.main(
+        [*argv, *([] if "--resume" in argv else ["--out", str(out)]), "--no-progress"]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2
     first, *listing = err.splitlines()  # only an unknown environment lists names below

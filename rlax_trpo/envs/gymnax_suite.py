@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
 
 from rlax_trpo.envs.base import Env, EnvSpec, StepResult, snapshot_names
 from rlax_trpo.errors import ConfigError
@@ -38,6 +39,26 @@ def names() -> list[str]:
     return snapshot_names("gymnax", "gymnax", *SNAPSHOT, live_names)
 
 
+def check_param(env: str, key: str, value: Any, default: Any) -> None:
+    """`env_kwargs.key` has the type of the parameter it replaces (a bool, an integer or a
+    finite number), and a step limit is positive: a one-line ConfigError, not a failure of
+    the compiled program."""
+    kind = np.asarray(default).dtype.kind
+    where = f"env_kwargs.{key}"
+    if kind == "b":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: {env} expects true or false (got {value!r})")
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where}: {env} expects a number (got {value!r})")
+    if kind in "iu" and not float(value).is_integer():
+        raise ConfigError(f"{where}: {env} expects an integer (got {value!r})")
+    if not math.isfinite(value):
+        raise ConfigError(f"{where}: must be finite (got {value!r})")
+    if key.startswith("max_steps") and value < 1:
+        raise ConfigError(f"{where}: must be a positive number of steps (got {value!r})")
+
+
 def make(name: str, env_kwargs: dict[str, Any], flatten: bool) -> Env:
     import gymnax
 
@@ -62,6 +83,8 @@ def from_gymnax(
                 f"env_kwargs.{unknown[0]}: not a parameter of {name}; allowed: "
                 f"{', '.join(sorted(vars(params)))}"
             )
+        for key, value in env_kwargs.items():
+            check_param(name, key, value, getattr(params, key))
         params = params.replace(**env_kwargs)
 
     raw_shape = tuple(int(d) for d in gym_env.observation_space(params).shape)

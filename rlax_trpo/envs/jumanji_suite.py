@@ -67,6 +67,8 @@ def make(name: str, env_kwargs: dict[str, Any], flatten: bool) -> Env:
 
     kwargs = dict(env_kwargs)
     limit = kwargs.pop("episode_length", None) or kwargs.pop("time_limit", None)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ConfigError(f"env_kwargs.time_limit: must be a positive integer (got {limit!r})")
     try:
         env = jumanji.make(name, **kwargs)
         own_limit = int(getattr(env, "time_limit", 0) or 0)

@@ -52,4 +52,6 @@ def make(name: str, env_kwargs: dict[str, Any], flatten: bool) -> Env:
         )
     env = registry.load(name, config_overrides=overrides)
     length = int(overrides.get("episode_length", config.episode_length))
+    if length < 1:
+        raise ConfigError(f"env_kwargs.episode_length: must be positive (got {length})")
     return from_state_env(env, f"playground/{name}", length)
