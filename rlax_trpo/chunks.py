@@ -166,8 +166,8 @@ def train(
         stopping = at_checkpoint and done < plan.total
         if stopping and stop.signum is not None:
             return Trained(state, history[0], done, wall_s, stop.signum)
-        if stopping and plan.chunked and _diverged(setup.program, history[0], state):
-            break  # the checkpoint just written keeps the last finite parameters
+        if stopping and plan.chunked and _all_diverged(setup, history[0], state):
+            break  # nothing left to train; the checkpoint keeps the last finite parameters
     return Trained(state, history[0], done, wall_s, None)
 
 
@@ -206,9 +206,10 @@ def _save(setup: Setup, compiled: Compiled, state, metrics, done: int, wall_s: f
     )
 
 
-def _diverged(program: Program, metrics: dict[str, np.ndarray], state: Any) -> bool:
-    """Whether a metric became non-finite or a member skipped a non-finite update."""
-    diverged_at = program.diverged_at(state)
+def _all_diverged(setup: Setup, metrics: dict[str, np.ndarray], state: Any) -> bool:
+    """Whether every member diverged (each one that did is frozen; the others go on)."""
+    diverged_at = setup.program.diverged_at(state)
     if diverged_at is not None:
         diverged_at = np.asarray(parallel.to_host(diverged_at))
-    return report.divergence(metrics, diverged_at, 1) is not None
+    found = report.divergence(metrics, diverged_at, setup.plan.seeds, setup.plan.sweep)
+    return found is not None and found["count"] == setup.plan.population

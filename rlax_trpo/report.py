@@ -136,21 +136,50 @@ def return_summary(
 
 
 def divergence(
-    metrics: Mapping[str, np.ndarray], diverged_at: np.ndarray | None, seeds: int
+    metrics: Mapping[str, np.ndarray],
+    diverged_at: np.ndarray | None,
+    seeds: int,
+    sweep: Sweep | None = None,
 ) -> dict[str, Any] | None:
-    """Where the run first became non-finite (`summary["diverged"]`), or None."""
-    bad = stats.first_nonfinite(metrics)
-    diverged_at = np.full(1, -1) if diverged_at is None else np.asarray(diverged_at)
-    if not (diverged_at >= 0).any() and bad is None:
+    """Which members diverged (`summary["diverged"]`), or None: the earliest one's `seed`,
+    `member`, `setting`, `iteration` and `metric` at the top, `count`, and every diverged
+    member in `members`. A member diverged where its parameters skipped a non-finite update
+    (`diverged_at`, -1 for none) or a metric first became non-finite."""
+    settings = (sweep.settings if sweep is not None else None) or [{}]
+    by_metric = stats.nonfinite_by_member(metrics)
+    at = np.full(len(settings) * seeds, -1) if diverged_at is None else np.asarray(diverged_at)
+    found = []
+    for member in sorted(set(by_metric) | {int(m) for m in np.nonzero(at >= 0)[0]}):
+        it, metric = by_metric.get(member, (None, "parameters"))
+        if member < len(at) and at[member] >= 0:
+            it = int(at[member])
+        found.append(
+            {
+                "member": member,
+                "seed": member % seeds,
+                "setting": dict(settings[member // seeds])
+                if member // seeds < len(settings)
+                else {},
+                "iteration": it,
+                "metric": metric,
+            }
+        )
+    if not found:
         return None
-    member = int(np.argmax(diverged_at >= 0)) if (diverged_at >= 0).any() else bad[0]
-    it = int(diverged_at[member]) if diverged_at[member] >= 0 else bad[1]
-    return {
-        "seed": member % seeds,
-        "member": member,
-        "iteration": it,
-        "metric": bad[2] if bad else "parameters",
-    }
+    first = min(found, key=lambda d: (d["iteration"], d["member"]))
+    return {**first, "count": len(found), "members": found}
+
+
+def diverged_mask(metrics: Mapping[str, np.ndarray], diverged: dict[str, Any] | None):
+    """`metrics` with every diverged member's values NaN from its divergence on: what it
+    computed after it no longer counts in the summary's figures (nor as the best setting)."""
+    if diverged is None:
+        return metrics
+    out = {k: np.array(v, np.float64, copy=True) for k, v in metrics.items()}
+    for d in diverged["members"]:
+        for v in out.values():
+            v[d["member"], d["iteration"] :] = np.nan
+    return out
 
 
 def write_run_files(
@@ -311,11 +340,17 @@ def format_outcome(result: Any, resume: str | None = None) -> tuple[str, str, in
     if result.status != "diverged":
         return text, "", 0
     d = result.summary["diverged"]
+    population = int(result.summary.get("population", d["count"]))
+    setting = f"setting {setting_label(d['setting'])}, " if d.get("setting") else ""
+    others = population - d["count"]
+    rest = f"; the other {others} member(s) ran to the end" if others else ""
     return (
         text,
         (
-            f"error: run diverged: seed {d['seed']} became non-finite at iteration "
-            f"{d['iteration']} ({d['metric']}); parameters before it were kept in {result.out}\n"
+            f"error: run diverged in {d['count']} of {population} member(s): {setting}"
+            f"seed {d['seed']} became non-finite at iteration {d['iteration']} ({d['metric']}) "
+            f"(member {d['member']}); each diverged member's parameters from before its first "
+            f"non-finite update were kept in {result.out}{rest}\n"
         ),
         1,
     )

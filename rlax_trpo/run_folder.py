@@ -218,8 +218,9 @@ def summarize(
     if plan.sweep.names:
         summary["swept"] = plan.sweep.to_dict()
     metrics, scores, state = trained.metrics, evaluated.scores, evaluated.state
-    summary.update(program.summarize(metrics, scores, state, plan.sweep, plan.seeds, summary))
-    diverged = report.divergence(metrics, program.diverged_at(state), plan.seeds)
+    diverged = report.divergence(metrics, program.diverged_at(state), plan.seeds, plan.sweep)
+    counted = report.diverged_mask(metrics, diverged)
+    summary.update(program.summarize(counted, scores, state, plan.sweep, plan.seeds, summary))
     if diverged is not None:
         summary["diverged"] = diverged
     return summary

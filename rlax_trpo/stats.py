@@ -40,8 +40,23 @@ def final_returns(metrics: Mapping[str, np.ndarray], last_fraction: float = 0.1)
         return np.where(c > 0, s / np.maximum(c, 1), np.nan)
 
 
+def nonfinite_by_member(metrics: Mapping[str, np.ndarray]) -> dict[int, tuple[int, str]]:
+    """member -> (iteration, metric) of its earliest non-finite value (members with none
+    are left out; what is skipped as in `first_nonfinite`)."""
+    found: dict[int, tuple[int, str]] = {}
+    for name, arr in metrics.items():
+        if name == "episode/return" or name.startswith("eval/"):
+            continue
+        bad = ~np.isfinite(np.asarray(arr))
+        for member in np.nonzero(bad.any(axis=1))[0]:
+            it = int(np.argmax(bad[member]))
+            if int(member) not in found or it < found[int(member)][0]:
+                found[int(member)] = (it, name)
+    return found
+
+
 def first_nonfinite(metrics: Mapping[str, np.ndarray]) -> tuple[int, int, str] | None:
-    """(seed, iteration, metric) of the earliest non-finite value, or None.
+    """(member, iteration, metric) of the earliest non-finite value, or None.
 
     `episode/return` starts as NaN until an episode finishes and periodic evaluations
     (`eval/...`) are NaN between them, so neither is checked.

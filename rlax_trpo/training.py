@@ -102,15 +102,16 @@ def make_trainer(config: Config, progress: ProgressFn | None = None) -> Trainer:
             state.params, state.algo_state, batch, hp, k_update
         )
 
-        # A non-finite update is not applied; the run keeps its last finite parameters and
-        # records where it diverged (the host reports it and stops).
-        finite = _all_finite(params)
-        keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
+        # A non-finite update (parameters, or the figures it was computed from) is not
+        # applied, and none after it: a diverged run keeps its last finite parameters and
+        # records where it diverged, while the other members of a population go on.
+        finite = _all_finite(params) & _all_finite((metrics, traj.reward))
+        healthy = state.diverged_at < 0
+        apply = finite & healthy
+        keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(apply, n, o), new, old)
         params = keep(params, state.params)
         algo_state = keep(algo_state, state.algo_state)
-        diverged_at = jnp.where(
-            (state.diverged_at < 0) & ~finite, state.iteration, state.diverged_at
-        )
+        diverged_at = jnp.where(healthy & ~finite, state.iteration, state.diverged_at)
 
         count = ro.done.sum()
         mean_return = ro.finished_return.sum() / jnp.maximum(count, 1)

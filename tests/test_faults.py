@@ -229,3 +229,60 @@ def test_a_stray_file_in_a_step_is_not_damage(reference, tmp_path):
     code, err = _capture_main(["--resume", str(out), "--no-progress"])
     assert code == 0 and not any("warning" in x for x in err), err
     assert (out / "metrics.csv").read_bytes() == reference
+
+
+def _metrics(run: Path) -> list[dict[str, str]]:
+    import csv
+
+    with (run / "metrics.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_one_diverging_setting_leaves_the_others_unchanged(tmp_path, capsys):
+    """A sweep in which learning rate 1e38 diverges: its members freeze at their last finite
+    parameters, the healthy setting runs to the end exactly as it does alone, and the
+    message names the setting, seed and member."""
+    base = [*TINY[:-2], "--chunk-iterations", "2"]
+    mixed, alone = tmp_path / "mixed", tmp_path / "alone"
+    sweep = ["--sweep", "hp.learning_rate=3e-4,1e38"]
+    assert train.main([*base, *sweep, "--out", str(mixed)]) == 1
+    err = capsys.readouterr().err
+    summary = json.loads((mixed / "summary.json").read_text())
+    d = summary["diverged"]
+    assert d["count"] == 2 and {m["member"] for m in d["members"]} == {2, 3}, d
+    assert d["setting"] == {"hp.learning_rate": 1e38}
+    assert summary["iterations_done"] == 8  # the healthy members were not stopped
+    assert summary["best"]["hp"] == {"hp.learning_rate": 3e-4}
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("error: run diverged in 2 of 4 member(s): setting learning_rate=1e+38")
+    assert f"seed {d['seed']} became non-finite at iteration {d['iteration']}" in line
+    assert "the other 2 member(s) ran to the end" in line
+
+    assert train.main([*base, "hp.learning_rate=3e-4", "--out", str(alone)]) == 0
+    healthy = [r for r in _metrics(mixed) if float(r["hp.learning_rate"]) == 3e-4]
+    reference = _metrics(alone)
+    assert len(healthy) == len(reference) == 16
+    for a, b in zip(healthy, reference, strict=True):
+        for name in b:
+            assert float(a[name]) == pytest.approx(float(b[name]), rel=1e-5, abs=1e-6), name
+
+    # The diverged members' saved parameters: those before their first non-finite update.
+    import jax
+    import numpy as np
+
+    from rlax_trpo import make_trainer
+    from rlax_trpo import sweep as sweeplib
+
+    config = checkpoint.load_config(mixed / "checkpoint")
+    trainer = make_trainer(config)
+    s = sweeplib.Sweep(("hp.learning_rate",), ((3e-4, 1e38),))
+    hps = sweeplib.population_hparams(config.hp, s, 2, tuple(config.hp.names()))
+    keys = jax.random.wrap_key_data(sweeplib.population_key_data(0, 2, 2))
+    before = jax.jit(jax.vmap(trainer.init))(keys, hps)
+    saved = checkpoint.restore(mixed / "checkpoint", before).params
+    run = jax.jit(jax.vmap(trainer.run, in_axes=(0, 0, None)), static_argnums=2)
+    for m in d["members"]:
+        truncated = run(before, hps, m["iteration"])[0].params if m["iteration"] else before.params
+        for a, b in zip(jax.tree.leaves(saved), jax.tree.leaves(truncated), strict=True):
+            assert np.isfinite(a[m["member"]]).all()
+            np.testing.assert_allclose(a[m["member"]], b[m["member"]], rtol=1e-5, atol=1e-7)
