@@ -286,3 +286,30 @@ def test_one_diverging_setting_leaves_the_others_unchanged(tmp_path, capsys):
         for a, b in zip(jax.tree.leaves(saved), jax.tree.leaves(truncated), strict=True):
             assert np.isfinite(a[m["member"]]).all()
             np.testing.assert_allclose(a[m["member"]], b[m["member"]], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("at_call", [1, 2])
+def test_a_second_ctrl_c_is_one_line_saying_what_was_kept(
+    at_call, reference, tmp_path, monkeypatch
+):
+    """KeyboardInterrupt (the second Ctrl-C) in the middle of chunk `at_call`: exit 130 and
+    one line; with a checkpoint saved the folder is kept and resumes to the same result,
+    without one nothing is left."""
+    out, calls, original = tmp_path / "run", [0], chunks._chunk_metrics
+
+    def interrupted(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == at_call:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(chunks, "_chunk_metrics", interrupted)
+    code, err = _capture_main([*TINY, "--out", str(out)])
+    monkeypatch.undo()
+    assert code == 130 and len(err) == 1, err
+    if at_call == 1:
+        assert err[0] == "error: interrupted; nothing was kept" and not out.exists()
+        return
+    assert err[0].startswith(f"error: interrupted; the run folder {str(out)!r} keeps its last")
+    assert train.main(["--resume", str(out), "--no-progress"]) == 0
+    assert (out / "metrics.csv").read_bytes() == reference
