@@ -17,9 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
+from probe_envs import register_probes
 
 import train
 from rlax_trpo import checkpoint, chunks, experiment
+
+register_probes()
 
 ROOT = Path(__file__).resolve().parents[1]
 # 8 iterations of a tiny PPO run, 2 seeds, a checkpoint after every 2.
@@ -313,3 +316,29 @@ def test_a_second_ctrl_c_is_one_line_saying_what_was_kept(
     assert err[0].startswith(f"error: interrupted; the run folder {str(out)!r} keeps its last")
     assert train.main(["--resume", str(out), "--no-progress"]) == 0
     assert (out / "metrics.csv").read_bytes() == reference
+
+
+def test_a_diverged_member_applies_no_later_update(tmp_path):
+    """Probe-nan_at_40 pays a NaN reward at an episode's 40th step only: the iterations after
+    the first non-finite one have finite updates again, and none of them may be applied."""
+    import jax
+    import numpy as np
+
+    from rlax_trpo import make_trainer
+
+    out = tmp_path / "run"
+    argv = ["--out", str(out), "--no-progress", "env=Probe-nan_at_40", "num_envs=2"]
+    argv += ["num_steps=16", "hidden_sizes=[8]", "total_env_steps=576", "eval_episodes=1"]
+    assert train.main([*argv, "num_minibatches=1", "num_epochs=4"]) == 1
+    summary = json.loads((out / "summary.json").read_text())
+    at = summary["diverged"]["iteration"]
+    assert summary["iterations_done"] == 18 and at < 17  # unchunked: ran to the end
+    config = checkpoint.load_config(out / "checkpoint")
+    trainer = make_trainer(config)
+    hps = jax.tree.map(lambda x: x[None], config.hp)
+    before = jax.jit(jax.vmap(trainer.init))(jax.random.split(jax.random.key(0), 1), hps)
+    kept = checkpoint.restore(out / "checkpoint", before).params
+    run = jax.jit(jax.vmap(trainer.run, in_axes=(0, 0, None)), static_argnums=2)
+    last_finite = run(before, hps, at)[0].params if at else before.params
+    for a, b in zip(jax.tree.leaves(kept), jax.tree.leaves(last_finite), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
