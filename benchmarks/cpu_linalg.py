@@ -42,11 +42,12 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=2)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--json", type=Path)
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="added to every command")
     args = p.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.programs:
-            cmd = [*PROGRAMS[name], "--seeds", str(args.seeds), "--devices", "1"]
+            cmd = [*PROGRAMS[name], *args.overrides, "--seeds", str(args.seeds), "--devices", "1"]
             runs = {"hlo": [], "lapack": []}
             for r in range(args.repeats):
                 for lowering in ("hlo", "lapack"):

@@ -57,6 +57,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--threefry", action="store_true", help="also time jax's rolled threefry")
     p.add_argument("--json", type=Path)
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="added to every command")
     args = p.parse_args()
     variants = {"one_device": (["--devices", "1"], {}), "all_cores": ([], {})}
     if args.threefry:
@@ -67,12 +68,18 @@ def main() -> None:
             runs: dict[str, list[dict]] = {v: [] for v in variants}
             for r in range(args.repeats):
                 for v, (extra, env) in variants.items():
-                    cmd = [*PROGRAMS[name], "--seeds", str(args.seeds), *extra]
+                    cmd = [*PROGRAMS[name], *args.overrides, "--seeds", str(args.seeds), *extra]
                     row = measure(cmd, env, Path(tmp) / f"{name}_{v}_{r}")
                     runs[v].append(row)
                     print(json.dumps({"program": name, "variant": v, **row}), file=sys.stderr)
             best = {v: max(x["env_steps_per_second"] for x in rows) for v, rows in runs.items()}
-            command = ["python train.py", *PROGRAMS[name], "--seeds", str(args.seeds)]
+            command = [
+                "python train.py",
+                *PROGRAMS[name],
+                *args.overrides,
+                "--seeds",
+                str(args.seeds),
+            ]
             results[name] = {
                 "command": " ".join(command),
                 "best_env_steps_per_second": best,

@@ -1,0 +1,121 @@
+#!/usr/bin/env python
+"""Smoke run of every benchmark script at a tiny budget: each must still start, run and print
+its figures (CI runs this after the tests). The figures of a smoke run mean nothing; the
+published ones come from the commands in each script's docstring.
+
+    python benchmarks/smoke.py            # every script
+    python benchmarks/smoke.py shuffle    # the scripts whose names contain these words
+
+Each script runs as its own process under a time limit, in a scratch folder for its
+outputs. Exit status 1 if any failed; a script whose optional suite (Brax, MuJoCo
+Playground) is not installed is reported as skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+TINY_RUN = ["total_env_steps=1024", "num_envs=4", "num_steps=16", "eval_episodes=2"]
+
+# script -> (command with {out} for a scratch folder, modules it needs)
+SMOKE = {
+    "brax_ppo.py": (
+        [PY, "benchmarks/brax_ppo.py", "--envs", "brax/inverted_pendulum", "--steps", "8192",
+         "--eval-envs", "2"],
+        ("brax",),
+    ),
+    "cpu_linalg.py": (
+        [PY, "benchmarks/cpu_linalg.py", "--programs", "brax_inverted_pendulum", "--seeds", "1",
+         "--repeats", "1", "total_env_steps=2048", "num_envs=4", "num_steps=16"],
+        ("brax",),
+    ),
+    "device_scaling.py": (
+        [PY, "benchmarks/device_scaling.py", "--programs", "ppo", "--seeds", "2", "--repeats", "1",
+         *TINY_RUN],
+        (),
+    ),
+    "gpu_suite.py": (
+        [PY, "benchmarks/gpu_suite.py", "{out}/gpu_suite", "--budget", "tiny", "--steps", "env",
+         "learning"],
+        (),
+    ),
+    "gpu_wheels.sh": (["bash", "-n", "benchmarks/gpu_wheels.sh"], ()),  # syntax only: it downloads
+    "grpo_lm.py": (
+        [PY, "benchmarks/grpo_lm.py", "--config", "configs/grpo_lm_max_digit.yaml", "--repeats",
+         "1", "num_prompts=4", "group_size=4"],
+        (),
+    ),
+    "shuffle.py": ([PY, "benchmarks/shuffle.py", "--sizes", "256", "--iters", "10", "--repeats",
+                    "1"], ()),
+    "stress.py": (
+        [PY, "benchmarks/stress.py", "--programs", "ppo", "--devices", "2", "--repeats", "1"],
+        (),
+    ),
+    "throughput.py": (
+        [PY, "benchmarks/throughput.py", "--num-envs", "4", "--total-steps", "1024", "--repeats",
+         "1"],
+        (),
+    ),
+    "trpo_vs_sb3.py": (
+        [PY, "benchmarks/trpo_vs_sb3.py", "--steps", "2048", "--seeds", "1", "--no-sb3"],
+        (),
+    ),
+}  # fmt: skip
+
+
+def scripts() -> list[str]:
+    """The benchmark scripts (helpers start with an underscore; this runner is not one)."""
+    return sorted(
+        p.name
+        for p in (ROOT / "benchmarks").iterdir()
+        if p.suffix in (".py", ".sh") and not p.name.startswith("_") and p.name != "smoke.py"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("words", nargs="*", help="only scripts whose names contain these")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per script")
+    args = parser.parse_args()
+    missing = sorted(set(scripts()) - set(SMOKE))
+    if missing:
+        print(f"no smoke command for: {', '.join(missing)}", file=sys.stderr)
+        return 1
+    chosen = [s for s in scripts() if not args.words or any(w in s for w in args.words)]
+    failed = []
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bench-smoke-") as out:
+        for name in chosen:
+            command, needs = SMOKE[name]
+            absent = [m for m in needs if importlib.util.find_spec(m) is None]
+            if absent:
+                print(f"skipped {name:22s} ({', '.join(absent)} not installed)", flush=True)
+                continue
+            cmd = [c.replace("{out}", out) for c in command]
+            t0 = time.perf_counter()
+            try:
+                proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
+                                      timeout=args.timeout)  # fmt: skip
+                code, tail = proc.returncode, (proc.stdout + proc.stderr).strip()[-1500:]
+            except subprocess.TimeoutExpired:
+                code, tail = "timeout", f"no result within {args.timeout:.0f} s"
+            word = "ok     " if code == 0 else "FAILED "
+            print(f"{word} {name:22s} {time.perf_counter() - t0:6.1f} s", flush=True)
+            if code != 0:
+                failed.append(name)
+                print("    " + tail.replace("\n", "\n    "), flush=True)
+    minutes = (time.perf_counter() - start) / 60
+    print(f"{len(chosen) - len(failed)} of {len(chosen)} benchmark scripts ran ({minutes:.1f} min)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
