@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import jax
 import numpy as np
 
-from rlax_trpo import checkpoint, loggers, parallel, report, stats
+from rlax_trpo import checkpoint, loggers, parallel, stats
 from rlax_trpo.types import Program
 
 if TYPE_CHECKING:
@@ -211,5 +211,5 @@ def _all_diverged(setup: Setup, metrics: dict[str, np.ndarray], state: Any) -> b
     diverged_at = setup.program.diverged_at(state)
     if diverged_at is not None:
         diverged_at = np.asarray(parallel.to_host(diverged_at))
-    found = report.divergence(metrics, diverged_at, setup.plan.seeds, setup.plan.sweep)
+    found = stats.divergence(metrics, diverged_at, setup.plan.seeds, setup.plan.sweep)
     return found is not None and found["count"] == setup.plan.population

@@ -35,13 +35,14 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from rlax_trpo import checkpoint, loggers, parallel
+from rlax_trpo import loggers, parallel
 from rlax_trpo import sweep as sweeplib
 from rlax_trpo.chunks import compile_run, population_initializer, restore, train
 from rlax_trpo.errors import ConfigError, describe_failure
 from rlax_trpo.platform import setup_cpu_for_run
 from rlax_trpo.program import make_program
 from rlax_trpo.progress import ProgressBar, StopRequest
+from rlax_trpo.resume import plan_resume as resume_plan
 from rlax_trpo.run_folder import (
     Folder,
     RunLock,
@@ -209,7 +210,7 @@ def plan_run(given: RunPlan) -> RunPlan:
             raise ConfigError(
                 f"--resume: {str(resume)!r} is being written by another run ({holder})"
             )
-        saved = checkpoint.plan_resume(resume, given.config, given.seeds, given.seed, given.sweep)
+        saved = resume_plan(resume, given.config, given.seeds, given.seed, given.sweep)
         chunk = given.chunk_iterations or saved.chunk_iterations
         if saved.note:
             print(saved.note, file=sys.stderr, flush=True)

@@ -135,53 +135,6 @@ def return_summary(
     return summary
 
 
-def divergence(
-    metrics: Mapping[str, np.ndarray],
-    diverged_at: np.ndarray | None,
-    seeds: int,
-    sweep: Sweep | None = None,
-) -> dict[str, Any] | None:
-    """Which members diverged (`summary["diverged"]`), or None: the earliest one's `seed`,
-    `member`, `setting`, `iteration` and `metric` at the top, `count`, and every diverged
-    member in `members`. A member diverged where its parameters skipped a non-finite update
-    (`diverged_at`, -1 for none) or a metric first became non-finite."""
-    settings = (sweep.settings if sweep is not None else None) or [{}]
-    by_metric = stats.nonfinite_by_member(metrics)
-    at = np.full(len(settings) * seeds, -1) if diverged_at is None else np.asarray(diverged_at)
-    found = []
-    for member in sorted(set(by_metric) | {int(m) for m in np.nonzero(at >= 0)[0]}):
-        it, metric = by_metric.get(member, (None, "parameters"))
-        if member < len(at) and at[member] >= 0:
-            it = int(at[member])
-        found.append(
-            {
-                "member": member,
-                "seed": member % seeds,
-                "setting": dict(settings[member // seeds])
-                if member // seeds < len(settings)
-                else {},
-                "iteration": it,
-                "metric": metric,
-            }
-        )
-    if not found:
-        return None
-    first = min(found, key=lambda d: (d["iteration"], d["member"]))
-    return {**first, "count": len(found), "members": found}
-
-
-def diverged_mask(metrics: Mapping[str, np.ndarray], diverged: dict[str, Any] | None):
-    """`metrics` with every diverged member's values NaN from its divergence on: what it
-    computed after it no longer counts in the summary's figures (nor as the best setting)."""
-    if diverged is None:
-        return metrics
-    out = {k: np.array(v, np.float64, copy=True) for k, v in metrics.items()}
-    for d in diverged["members"]:
-        for v in out.values():
-            v[d["member"], d["iteration"] :] = np.nan
-    return out
-
-
 def write_run_files(
     folder: Path,
     metrics: Mapping[str, np.ndarray],

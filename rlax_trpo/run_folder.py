@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import yaml
 
-from rlax_trpo import checkpoint, loggers, parallel, report
+from rlax_trpo import checkpoint, loggers, parallel, report, resume, stats
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.types import Program
 
@@ -118,10 +118,12 @@ def make_folder(plan: RunPlan, program: Program, owner: bool) -> Folder:
         raise ConfigError(f"--out: cannot create {str(out)!r}: {err.strerror}") from None
     try:
         lock = RunLock.acquire(out)
-    except ConfigError:
+    except (ConfigError, OSError) as err:
         if created:
             shutil.rmtree(out, ignore_errors=True)
-        raise
+        if isinstance(err, ConfigError):
+            raise
+        raise ConfigError(f"--out: cannot write in {str(out)!r}: {err.strerror}") from None
     folder = Folder(out=out, owner=True, created=created, lock=lock)
     if plan.resume is None and any(p.name != LOCK for p in out.iterdir()):
         release_folder(folder, keep=True)  # another run wrote it since the plan was checked
@@ -157,7 +159,7 @@ def open_folder(setup: Setup) -> list[Any]:
     tmp.write_text(yaml.safe_dump(config, sort_keys=False))
     os.replace(tmp, folder.out / "config.yaml")
     if plan.resume is None or plan.start_over:
-        checkpoint.save_plan(
+        resume.save_plan(
             folder.out / "checkpoint",
             {
                 "config": config,
@@ -218,8 +220,8 @@ def summarize(
     if plan.sweep.names:
         summary["swept"] = plan.sweep.to_dict()
     metrics, scores, state = trained.metrics, evaluated.scores, evaluated.state
-    diverged = report.divergence(metrics, program.diverged_at(state), plan.seeds, plan.sweep)
-    counted = report.diverged_mask(metrics, diverged)
+    diverged = stats.divergence(metrics, program.diverged_at(state), plan.seeds, plan.sweep)
+    counted = stats.diverged_mask(metrics, diverged)
     summary.update(program.summarize(counted, scores, state, plan.sweep, plan.seeds, summary))
     if diverged is not None:
         summary["diverged"] = diverged

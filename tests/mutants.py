@@ -216,7 +216,7 @@ MUTANTS = [
       "            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n",
       "            pass\n",
       ("tests/test_faults.py", "-k", "second_writer")),
-    M("no-start-over", "rlax_trpo/checkpoint.py",
+    M("no-start-over", "rlax_trpo/resume.py",
       "if not saved_steps(ckpt) and (ckpt / \"plan.json\").is_file()",
       "if False and (ckpt / \"plan.json\").is_file()",
       ("tests/test_faults.py", "-k", "compiling")),

@@ -342,3 +342,19 @@ def test_a_diverged_member_applies_no_later_update(tmp_path):
     last_finite = run(before, hps, at)[0].params if at else before.params
     for a, b in zip(jax.tree.leaves(kept), jax.tree.leaves(last_finite), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_a_read_only_target_fails_at_once_with_one_line(tmp_path, capsys):
+    """A read-only mount as `--out`: refused before anything is compiled or trained."""
+    disk = tmp_path / "ro"
+    if shutil.which("mount") is None or not _mount_tmpfs(disk, "1m"):
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        t0 = time.time()
+        assert train.main([*TINY, "--out", str(disk)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"error: --out: cannot write in {str(disk)!r}: Read-only file system"], err
+        assert time.time() - t0 < 30 and not any(disk.iterdir())
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
