@@ -125,7 +125,7 @@ def test_no_development_history(pattern):
     assert not re.search(pattern, README), pattern
 
 
-TEST_COMMAND = "python -m pytest -q -n auto --maxprocesses 4 --dist loadgroup"
+TEST_COMMAND = "python -m pytest -q -n auto --maxprocesses 4 --dist loadfile"
 
 
 def test_the_two_commands():
