@@ -53,6 +53,11 @@ SMOKE = {
          "1", "num_prompts=4", "group_size=4"],
         (),
     ),
+    "memory_vs_purejaxrl.py": (
+        [PY, "benchmarks/memory_vs_purejaxrl.py", "--total-steps", "2048", "memory_size=8",
+         "hidden_sizes=[8]"],
+        (),
+    ),
     "shuffle.py": ([PY, "benchmarks/shuffle.py", "--sizes", "256", "--iters", "10", "--repeats",
                     "1"], ()),
     "stress.py": (

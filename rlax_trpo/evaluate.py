@@ -42,17 +42,18 @@ def make_evaluate(
             return state.obs_stats.normalize(o) if config.normalize_obs else o
 
         def step(carry, step_key):
-            env_state, obs, total, alive = carry
+            env_state, obs, total, alive, memory = carry
             k_act, k_env = jax.random.split(step_key)
-            dist = networks.policy(state.params.policy, transform(obs))
+            memory, dist = act(networks, state.params.policy, memory, transform(obs))
             action = dist.mode() if greedy else dist.sample(seed=k_act)
             res = step_env(jax.random.split(k_env, num_episodes), env_state, action)
             total = total + jnp.where(alive, res.reward, 0.0)
             alive = alive & ~(res.terminated | res.truncated)
-            return (res.state, res.obs, total, alive), None
+            return (res.state, res.obs, total, alive, memory), None
 
         init = (env_state, obs, jnp.zeros(num_episodes), jnp.ones(num_episodes, bool))
-        (_, _, total, _), _ = jax.lax.scan(step, init, jax.random.split(k_run, horizon))
+        init += (policy_memory(networks, num_episodes),)
+        (_, _, total, _, _), _ = jax.lax.scan(step, init, jax.random.split(k_run, horizon))
         return total
 
     return evaluate
@@ -88,19 +89,34 @@ def make_episode(
             return state.obs_stats.normalize(o) if config.normalize_obs else o
 
         def step(carry, step_key):
-            env_state, obs = carry
+            env_state, obs, memory = carry
             k_act, k_env = jax.random.split(step_key)
-            dist = networks.policy(state.params.policy, transform(obs[None]))
+            memory, dist = act(networks, state.params.policy, memory, transform(obs[None]))
             action = (dist.mode() if greedy else dist.sample(seed=k_act))[0]
             res = env.step(k_env, env_state, action)
-            return (res.state, res.obs), Episode(
+            return (res.state, res.obs, memory), Episode(
                 env_state, res.reward, res.terminated | res.truncated
             )
 
-        _, ep = jax.lax.scan(step, (env_state, obs), jax.random.split(k_run, horizon))
+        init = (env_state, obs, policy_memory(networks, 1))
+        _, ep = jax.lax.scan(step, init, jax.random.split(k_run, horizon))
         return ep
 
     return episode
+
+
+def policy_memory(networks: Networks, batch: int) -> Any:
+    """The policy's initial memory for `batch` episodes (None for a feed-forward policy)."""
+    return networks.initial_memory(batch).policy if networks.recurrent else None
+
+
+def act(networks: Networks, params: Any, memory: Any, obs: jax.Array) -> tuple[Any, Any]:
+    """(memory, distribution) of the policy at `obs` `[B, ...]`: each episode evaluated here
+    runs until its first end, so its memory starts at the initial state and is never reset."""
+    if memory is None and not networks.recurrent:
+        return None, networks.policy(params, obs)
+    first = jnp.zeros(obs.shape[:1], bool)
+    return networks.policy_step(params, memory, obs, first)
 
 
 def render_gif(env: Env, episode: Episode, path: str | Path) -> int:

@@ -143,6 +143,9 @@ class ControlFields(RunFields):
     network: Literal["auto", "mlp", "cnn"] = "auto"
     hidden_sizes: tuple[PositiveInt, ...] = (64, 64)
     activation: Literal["tanh", "relu"] = "tanh"
+    # Memory (rlax_trpo.memory): a GRU or LSTM cell between the torso and the policy's head.
+    memory: Literal["none", "gru", "lstm"] = "none"
+    memory_size: int = Field(128, gt=0)
     # Evaluation.
     eval_episodes: int = Field(10, gt=0)
 

@@ -87,7 +87,11 @@ def make_grouped_collect(group_size: int) -> Collect:
         k_reset, k_run = jax.random.split(key)
         obs, env_state = grouped_reset(env, k_reset, num_envs // group_size, group_size)
         fresh = fresh_episodes(num_envs)
-        ro = collect(env, policy, EnvCarry(env_state, obs, fresh), k_run, num_steps)
+        # With memory every trajectory begins an episode (`first`), so the policy starts it
+        # from the initial state, whatever the carried memory holds.
+        first = None if carry.memory is None else jnp.ones((num_envs,), bool)
+        start = EnvCarry(env_state, obs, fresh, carry.memory, first)
+        ro = collect(env, policy, start, k_run, num_steps)
         traj = ro.trajectory
         alive = first_episode_mask(traj.terminated, traj.truncated)
         first_done = ro.done & (alive > 0)

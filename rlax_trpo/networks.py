@@ -26,6 +26,7 @@ import numpy as np
 from rlax_trpo.envs import EnvSpec
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.initializers import orthogonal
+from rlax_trpo.memory import Memory, MemoryNet, initial_memory, make_recurrent, memory_cells
 from rlax_trpo.types import Params
 
 _ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
@@ -107,9 +108,45 @@ class ValueNet(nn.Module):
 
 
 class Networks(NamedTuple):
+    """The policy and critic of a run, as pure functions of their parameters.
+
+    Feed-forward networks read observations of any batch shape: `policy(params, obs)`,
+    `value(params, obs)`. With memory (`memory: gru | lstm`) the networks also carry a state:
+    `initial_memory(batch)` gives both networks' initial `Memory` (None for a feed-forward
+    one), the `*_step` functions read one step `[B, ...]` and the `*_sequence` functions a
+    time-major rollout `[T, B, ...]` from its start memory (`rlax_trpo.memory`). A
+    feed-forward network in a run with memory (e.g. a critic without) ignores the state.
+    """
+
     init: Callable[[jax.Array], Params]
     policy: Callable[[Any, jax.Array], distrax.Distribution]
     value: Callable[[Any, jax.Array], jax.Array]
+    # With memory: None where neither network has any.
+    initial_memory: Callable[[int], Memory] | None = None
+    policy_step: Any = None  # (params, memory, obs, first) -> (memory, distribution)
+    value_step: Any = None  # (params, memory, obs, first) -> (memory, values)
+    policy_sequence: Any = None  # (params, memory0, obs, first) -> distribution `[T, B]`
+    value_sequence: Any = None  # (params, memory0, obs, first, final_obs) -> (V, V(final))
+
+    @property
+    def recurrent(self) -> bool:
+        return self.initial_memory is not None
+
+
+def policy_on(networks: Networks, params: Any, batch: Any) -> distrax.Distribution:
+    """The policy's distribution at every step of `batch` (a `Batch` or anything with `obs`,
+    `first` and `memory`): each observation alone, or each stored sequence re-run from the
+    memory it started with."""
+    if batch.memory is None:
+        return networks.policy(params, batch.obs)
+    return networks.policy_sequence(params, batch.memory.policy, batch.obs, batch.first)
+
+
+def value_on(networks: Networks, params: Any, batch: Any) -> jax.Array:
+    """The critic's values at every step of `batch` (as `policy_on`)."""
+    if batch.memory is None:
+        return networks.value(params, batch.obs)
+    return networks.value_sequence(params, batch.memory.value, batch.obs, batch.first)[0]
 
 
 def uses_cnn(config: Any, spec: EnvSpec) -> bool:
@@ -133,17 +170,84 @@ def make_networks(config: Any, spec: EnvSpec, with_value: bool = True) -> Networ
     """Policy (and, if `with_value`, a separate critic) for the environment `spec`."""
     cnn = uses_cnn(config, spec)
     hidden = tuple(config.hidden_sizes)
-    # The critic's widths: a field of the algorithms that learn one (none for GRPO).
+    # The critic's widths and memory: fields of the algorithms that learn one (not GRPO).
     value_hidden = tuple(getattr(config, "value_hidden_sizes", None) or hidden)
+    policy_cell, value_cell = memory_cells(config)
+    size = getattr(config, "memory_size", 0)
     if spec.discrete:
         policy_net = CategoricalPolicy(spec.num_actions, hidden, config.activation, cnn)
         to_dist = lambda logits: distrax.Categorical(logits=logits)
+        head = "logits"
     else:
         policy_net = GaussianPolicy(spec.num_actions, hidden, config.activation, cnn)
         to_dist = lambda out: distrax.MultivariateNormalDiag(out[0], jnp.exp(out[1]))
+        head = "gaussian"
     value_net = ValueNet(value_hidden, config.activation, cnn)
     dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
+    if policy_cell is None and (value_cell is None or not with_value):
+        return _feed_forward(policy_net, value_net, to_dist, dummy, with_value)
 
+    def part(ff_net, cell, head, hidden_sizes):
+        if cell is None:
+            return None, ff_net
+        net = MemoryNet(head, spec.num_actions, hidden_sizes, config.activation, cnn, cell, size)
+        return make_recurrent(net, spec.obs_shape), None
+
+    pi_rec, pi_ff = part(policy_net, policy_cell, head, hidden)
+    v_rec, v_ff = part(value_net, value_cell if with_value else None, "value", value_hidden)
+
+    def init(key: jax.Array) -> Params:
+        k_pi, k_v = jax.random.split(key)
+        pi = pi_rec.init(k_pi) if pi_rec else pi_ff.init(k_pi, dummy)
+        v = (v_rec.init(k_v) if v_rec else v_ff.init(k_v, dummy)) if with_value else None
+        return Params(pi, v)
+
+    def memory(batch: int) -> Memory:
+        value_cell_ = value_cell if with_value else None
+        return Memory(
+            initial_memory(policy_cell, size, batch), initial_memory(value_cell_, size, batch)
+        )
+
+    def policy_step(params, mem, obs, first):
+        if pi_rec is None:
+            return mem, to_dist(pi_ff.apply(params, obs))
+        mem, out = pi_rec.step(params, mem, obs, first)
+        return mem, to_dist(out)
+
+    def value_step(params, mem, obs, first):
+        if v_rec is None:
+            return mem, value_net.apply(params, obs)
+        return v_rec.step(params, mem, obs, first)
+
+    def policy_sequence(params, mem0, obs, first):
+        if pi_rec is None:
+            return to_dist(pi_ff.apply(params, obs))
+        return to_dist(pi_rec.sequence(params, mem0, obs, first)[1])
+
+    def value_sequence(params, mem0, obs, first, final_obs=None):
+        if v_rec is None:
+            values = value_net.apply(params, obs)
+            return values, None if final_obs is None else value_net.apply(params, final_obs)
+        states, values = v_rec.sequence(params, mem0, obs, first)
+        # V(final_obs[t]) continues the episode of step t: the memory after step t, no reset.
+        return values, None if final_obs is None else v_rec.bootstrap(params, states, final_obs)
+
+    def no_memory(*_):
+        raise TypeError("a memory policy needs its state: use policy_step or policy_sequence")
+
+    return Networks(
+        init,
+        no_memory if pi_rec else lambda params, obs: to_dist(pi_ff.apply(params, obs)),
+        no_memory if v_rec else value_net.apply,
+        memory,
+        policy_step,
+        value_step,
+        policy_sequence,
+        value_sequence,
+    )
+
+
+def _feed_forward(policy_net, value_net, to_dist, dummy, with_value) -> Networks:
     def init(key: jax.Array) -> Params:
         k_pi, k_v = jax.random.split(key)
         pi = policy_net.init(k_pi, dummy)

@@ -31,7 +31,7 @@ from rlax_trpo.errors import ConfigError
 
 LAYOUTS = ("population", "envs")
 # TrainState fields whose arrays have the environment axis right after the population axis.
-ENV_AXIS_FIELDS = ("env_state", "obs", "episode", "return_acc")
+ENV_AXIS_FIELDS = ("env_state", "obs", "episode", "return_acc", "memory", "first")
 
 
 def initialize_distributed(

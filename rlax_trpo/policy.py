@@ -62,6 +62,9 @@ class SavedRun:
             raise ConfigError(f"member: must be between 0 and {self.population - 1} (got {member})")
         if self.trainer is None:
             raise ConfigError("load_policy: language-model runs have no control policy")
+        networks = self.trainer.networks
+        if networks.recurrent and networks.initial_memory(1).policy is not None:
+            return MemoryPolicy(self, member)
         return Policy(self, member)
 
     def compiled(self, what: tuple, build: Any) -> Any:
@@ -94,6 +97,11 @@ class Policy:
             raise ValueError("act: sampling (deterministic=False) needs a key")
         return dist.sample(seed=key)
 
+    def initial_state(self, batch: int | None = None) -> Any:
+        """The policy's state at the start of an episode: None for a feed-forward policy
+        (`MemoryPolicy` has one)."""
+        return None
+
     def evaluate(
         self,
         episodes: int | None = None,
@@ -122,6 +130,38 @@ class Policy:
         return jax.tree.map(host, fn(self.state, key))  # typed keys (Jumanji) stay as they are
 
 
+class MemoryPolicy(Policy):
+    """A trained member whose policy has memory (`memory: gru | lstm`).
+
+    `act(obs, state, key=None, deterministic=True) -> (action, state)`: the state is what
+    `initial_state()` returned at the episode's start, then what the previous `act` returned.
+    Both are pure and jittable; `obs` is one observation (state from `initial_state()`) or a
+    batch `[B, ...]` (state from `initial_state(B)`). `evaluate()` and `episode()` carry the
+    state themselves.
+    """
+
+    def initial_state(self, batch: int | None = None) -> Any:
+        memory = self.networks.initial_memory(1 if batch is None else batch).policy
+        return memory if batch is not None else jax.tree.map(lambda h: h[0], memory)
+
+    def act(  # type: ignore[override]
+        self, obs: Any, state: Any, key: jax.Array | None = None, deterministic: bool = True
+    ) -> tuple[Any, Any]:
+        if not deterministic and key is None:
+            raise ValueError("act: sampling (deterministic=False) needs a key")
+        single = jax.numpy.ndim(obs) == len(self.env.spec.obs_shape)
+        if single:
+            obs, state = obs[None], jax.tree.map(lambda h: h[None], state)
+        if self.config.normalize_obs:
+            obs = self.state.obs_stats.normalize(obs)
+        first = jax.numpy.zeros(obs.shape[:1], bool)  # a new episode starts from initial_state
+        state, dist = self.networks.policy_step(self.state.params.policy, state, obs, first)
+        action = dist.mode() if deterministic else dist.sample(seed=key)
+        if single:
+            action, state = action[0], jax.tree.map(lambda h: h[0], state)
+        return action, state
+
+
 def load_policy(run_dir: str | Path, member: int = 0) -> Policy:
     """Member `member` (setting `member // seeds`, seed `member % seeds`) of the run folder
     `run_dir`, restored from its latest checkpoint:
@@ -132,7 +172,9 @@ def load_policy(run_dir: str | Path, member: int = 0) -> Policy:
         result = policy.env.step(jax.random.key(1), state, action)   # a `StepResult`
         policy.evaluate()                            # the run's own greedy evaluation
 
-    README.md ("A trained policy in Python") plays a whole episode this way.
+    README.md ("A trained policy in Python") plays a whole episode this way. A run with
+    memory gives a `MemoryPolicy`, whose `act(obs, state)` also takes and returns the
+    policy's state (`initial_state()` at an episode's start).
     """
     return SavedRun(run_dir).policy(member)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-import distrax
 import jax
 import jax.numpy as jnp
 
@@ -14,8 +13,9 @@ from rlax_trpo.types import EpisodeStats, Trajectory
 
 # The acting policy function: observations `[B, ...]` (raw, as the environment returns them)
 # -> a distribution over actions. It closes over the parameters and any observation transform.
-# (`rlax_trpo.Policy` is another thing: one trained member of a saved run.)
-PolicyFn = Callable[[jax.Array], distrax.Distribution]
+# With memory it is `(memory, obs, first) -> (memory, distribution)` and advances the critic's
+# memory too. (`rlax_trpo.Policy` is another thing: one trained member of a saved run.)
+PolicyFn = Callable[..., Any]
 
 
 class EnvCarry(NamedTuple):
@@ -24,6 +24,8 @@ class EnvCarry(NamedTuple):
     env_state: Any
     obs: jax.Array
     episode: EpisodeStats
+    memory: Any = None  # with memory: the networks' `Memory`, and
+    first: Any = None  # `[B]` whether `obs` begins an episode
 
 
 class RolloutResult(NamedTuple):
@@ -60,23 +62,29 @@ def collect(
     """
     num_envs = carry.obs.shape[0]
     step_env = jax.vmap(env.step)
+    with_memory = carry.memory is not None
 
     def step(carry, step_key):
-        env_state, obs, episode = carry
+        env_state, obs, episode, memory, first = carry
         k_act, k_env = jax.random.split(step_key)
-        action, log_prob = policy(obs).sample_and_log_prob(seed=k_act)
+        if with_memory:  # the memory is reset where `obs` begins an episode
+            memory, dist = policy(memory, obs, first)
+        else:
+            dist = policy(obs)
+        action, log_prob = dist.sample_and_log_prob(seed=k_act)
         res = step_env(jax.random.split(k_env, num_envs), env_state, action)
         done = jnp.logical_or(res.terminated, res.truncated)
         ep_return = episode.episode_return + res.reward
         ep_length = episode.episode_length + 1
         new_episode = EpisodeStats(jnp.where(done, 0.0, ep_return), jnp.where(done, 0, ep_length))
         transition = Trajectory(
-            obs, action, log_prob, res.reward, res.terminated, res.truncated, res.final_obs
+            obs, action, log_prob, res.reward, res.terminated, res.truncated, res.final_obs, first
         )
         logs = (jnp.where(done, ep_return, 0.0), jnp.where(done, ep_length, 0), done)
-        return EnvCarry(res.state, res.obs, new_episode), (transition, logs)
+        next_first = done if with_memory else None
+        return EnvCarry(res.state, res.obs, new_episode, memory, next_first), (transition, logs)
 
-    carry, (traj, (ret, length, done)) = jax.lax.scan(
-        step, EnvCarry(*carry), jax.random.split(key, num_steps)
-    )
-    return RolloutResult(traj, carry, ret, length, done)
+    start = EnvCarry(*carry)
+    end, (traj, (ret, length, done)) = jax.lax.scan(step, start, jax.random.split(key, num_steps))
+    # With memory the trajectory also holds the memory it started from, to be re-run.
+    return RolloutResult(traj._replace(memory=start.memory), end, ret, length, done)

@@ -23,6 +23,7 @@ from rlax_trpo.algorithms.base import Algorithm
 from rlax_trpo.config import Config, HParams
 from rlax_trpo.envs import Env, make_env
 from rlax_trpo.envs.base import flatten_observations
+from rlax_trpo.memory import Memory
 from rlax_trpo.networks import Networks, make_networks, uses_cnn
 from rlax_trpo.normalization import (
     RunningMeanStd,
@@ -30,8 +31,8 @@ from rlax_trpo.normalization import (
     normalize_trajectory,
     observation_transform,
 )
-from rlax_trpo.rollout import EnvCarry, collect, fresh_episodes, reset_envs
-from rlax_trpo.types import Metrics, TrainState
+from rlax_trpo.rollout import EnvCarry, PolicyFn, collect, fresh_episodes, reset_envs
+from rlax_trpo.types import Metrics, Params, TrainState
 
 ProgressFn = Callable[[jax.Array, jax.Array], None]
 
@@ -86,13 +87,15 @@ def make_trainer(config: Config, progress: ProgressFn | None = None) -> Trainer:
             iteration=jnp.zeros((), jnp.int32),
             last_return=jnp.full((), jnp.nan),
             diverged_at=jnp.full((), -1, jnp.int32),
+            memory=_initial_memory(networks, algorithm, config.num_envs),
+            first=jnp.ones((config.num_envs,), bool) if networks.recurrent else None,
         )
 
     def iteration(state: TrainState, hp: HParams) -> tuple[TrainState, Metrics]:
         key, k_rollout, k_update = jax.random.split(state.key, 3)
         transform = observation_transform(config.normalize_obs, state.obs_stats)
-        policy = lambda obs: networks.policy(state.params.policy, transform(obs))
-        start = EnvCarry(state.env_state, state.obs, state.episode)
+        policy = acting_policy(networks, state.params, transform)
+        start = EnvCarry(state.env_state, state.obs, state.episode, state.memory, state.first)
         ro = rollout(env, policy, start, k_rollout, config.num_steps)
         stats = Statistics(state.obs_stats, state.return_stats, state.return_acc)
         traj, stats = normalize_trajectory(config, stats, ro.trajectory, ro.done, hp.gamma)
@@ -142,6 +145,8 @@ def make_trainer(config: Config, progress: ProgressFn | None = None) -> Trainer:
             iteration=state.iteration + 1,
             last_return=last_return,
             diverged_at=diverged_at,
+            memory=ro.carry.memory,
+            first=ro.carry.first,
         )
         return new_state, metrics
 
@@ -161,6 +166,30 @@ def make_train(config: Config, progress: ProgressFn | None = None):
     Vmap over keys for seeds and over `hp` leaves for hyperparameters.
     """
     return make_trainer(config, progress).train
+
+
+def acting_policy(networks: Networks, params: Params, transform: Callable) -> PolicyFn:
+    """The rollout's policy function for `params` (`rollout.PolicyFn`): observations through
+    `transform`, then the policy; with memory, both networks' memories advanced."""
+    if not networks.recurrent:
+        return lambda obs: networks.policy(params.policy, transform(obs))
+
+    def policy(memory: Memory, obs: jax.Array, first: jax.Array):
+        obs = transform(obs)
+        pi_memory, dist = networks.policy_step(params.policy, memory.policy, obs, first)
+        v_memory = memory.value
+        if v_memory is not None:  # the critic's memory follows the same steps
+            v_memory, _ = networks.value_step(params.value, v_memory, obs, first)
+        return Memory(pi_memory, v_memory), dist
+
+    return policy
+
+
+def _initial_memory(networks: Networks, algorithm: Algorithm, num_envs: int) -> Memory | None:
+    if not networks.recurrent:
+        return None
+    memory = networks.initial_memory(num_envs)
+    return memory if algorithm.critic else memory._replace(value=None)
 
 
 def _all_finite(tree) -> jax.Array:

@@ -31,6 +31,10 @@ class Trajectory(NamedTuple):
     terminated: jax.Array
     truncated: jax.Array
     final_obs: jax.Array
+    # With memory: `first[t]` marks steps that begin an episode (the previous step ended), and
+    # `memory` is the networks' `Memory` at the rollout's start (`[B, ...]` leaves).
+    first: Any = None
+    memory: Any = None
 
 
 class Batch(NamedTuple):
@@ -42,6 +46,8 @@ class Batch(NamedTuple):
     advantage: jax.Array
     target: jax.Array  # value target (returns); zeros where there is no critic
     value: jax.Array  # V(obs) at collection time (for value clipping)
+    first: Any = None  # with memory: as `Trajectory.first`; the batch stays `[T, B]`
+    memory: Any = None  # with memory: the start `Memory` of every environment, `[B, ...]`
 
 
 class EpisodeStats(NamedTuple):
@@ -67,6 +73,8 @@ class TrainState:
     iteration: jax.Array
     last_return: jax.Array  # latest mean finished-episode return (carried when none finish)
     diverged_at: jax.Array  # -1, or the first iteration whose update was non-finite
+    memory: Any = None  # with memory: the networks' `Memory` `[B, ...]` where they stand
+    first: Any = None  # with memory: `[B]` whether the next observation begins an episode
 
 
 class Program(NamedTuple):

@@ -16,7 +16,8 @@ from rlax_trpo import advantages as adv_lib
 from rlax_trpo import losses, shuffle
 from rlax_trpo.config import Config, HParams
 from rlax_trpo.errors import ConfigError
-from rlax_trpo.networks import Networks
+from rlax_trpo.memory import memory_cells, split_environments
+from rlax_trpo.networks import Networks, value_on
 from rlax_trpo.types import Batch, Params, Trajectory
 
 # ---------------------------------------------------------------- optimiser
@@ -111,6 +112,24 @@ def minibatches(batch: Any, key: jax.Array, num_minibatches: int, groups: int = 
     return jax.tree.map(split, batch)
 
 
+def sequence_minibatches(batch: Any, key: jax.Array, num_minibatches: int) -> Any:
+    """A memory batch (`[T, B, ...]` steps, `memory` `[B, ...]`) as minibatches of whole
+    environment sequences: every leaf `[M, T, B / M, ...]`, `memory` `[M, B / M, ...]`."""
+    steps, starts = split_environments(
+        batch._replace(memory=None), batch.memory, key, num_minibatches
+    )
+    return steps._replace(memory=starts)
+
+
+def check_sequence_split(config: Config, field: str, count: int) -> None:
+    """With memory a minibatch is whole environments: `count` must divide `num_envs`."""
+    if any(memory_cells(config)) and config.num_envs % count:
+        raise ConfigError(
+            f"{field}: {count} does not divide num_envs = {config.num_envs}; with memory "
+            "a minibatch holds whole environment sequences"
+        )
+
+
 def batch_layout(config: Config, *minibatch_counts: int) -> tuple[bool, int]:
     """(env_major, groups) for `flatten_batch` and `minibatches` under `config.shuffle`.
 
@@ -201,11 +220,25 @@ def make_critic_batch(config: Config, networks: Networks) -> Callable[..., Batch
     """
 
     def make_batch(params: Params, traj: Trajectory, hp: HParams) -> Batch:
-        values = networks.value(params.value, traj.obs)
-        next_values = networks.value(params.value, traj.final_obs)
+        if traj.memory is None:
+            values = networks.value(params.value, traj.obs)
+            next_values = networks.value(params.value, traj.final_obs)
+        else:  # the critic re-run over the rollout from its start memory
+            values, next_values = networks.value_sequence(
+                params.value, traj.memory.value, traj.obs, traj.first, traj.final_obs
+            )
         advantages = estimate_advantages(config, traj, values, next_values, hp)
         targets = advantages + values
-        return Batch(traj.obs, traj.action, traj.log_prob, advantages, targets, values)
+        return Batch(
+            traj.obs,
+            traj.action,
+            traj.log_prob,
+            advantages,
+            targets,
+            values,
+            traj.first,
+            traj.memory,
+        )
 
     return make_batch
 
@@ -226,11 +259,17 @@ def make_critic_fitter(config: Config, networks: Networks) -> CriticFitter:
             f"value_minibatches: {config.value_minibatches} does not divide the batch "
             f"num_envs x num_steps = {config.batch_size}"
         )
+    check_sequence_split(config, "value_minibatches", config.value_minibatches)
     optimizer = optax.inject_hyperparams(optax.adam)(learning_rate=1.0, eps=config.adam_eps)
     _, groups = batch_layout(config, config.value_minibatches)
 
     def loss_fn(value_params: Any, mb: Batch) -> jax.Array:
-        return losses.value_loss(networks.value(value_params, mb.obs), mb.target)
+        return losses.value_loss(value_on(networks, value_params, mb), mb.target)
+
+    def split(batch: Batch, key: jax.Array) -> Batch:
+        if networks.recurrent:  # `batch` is `[T, B]`: whole environment sequences
+            return sequence_minibatches(batch, key, config.value_minibatches)
+        return minibatches(batch, key, config.value_minibatches, groups)
 
     def fit(value_params: Any, opt_state: Any, flat: Batch, hp: HParams, key: jax.Array):
         opt_state = set_learning_rate(opt_state, hp.value_learning_rate)
@@ -246,7 +285,7 @@ def make_critic_fitter(config: Config, networks: Networks) -> CriticFitter:
             (value_params, opt_state),
             key,
             config.value_epochs,
-            lambda k: minibatches(flat, k, config.value_minibatches, groups),
+            lambda k: split(flat, k),
         )
         return value_params, opt_state, loss.mean()
 

@@ -46,7 +46,7 @@ from rlax_trpo.algorithms.sections import OptimizerFields, OptimizerHParams
 from rlax_trpo.config import Config, HParams, hp_field
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.grouped import group_ids, make_grouped_collect, warn_short_horizon
-from rlax_trpo.networks import Networks
+from rlax_trpo.networks import Networks, policy_on
 from rlax_trpo.types import Params, Trajectory
 
 
@@ -85,6 +85,8 @@ class GRPOBatch(NamedTuple):
     group_id: jax.Array  # int32 group index of every step
     outcome: jax.Array  # `[N*G]` episodic return of each trajectory's first episode
     zero_std: jax.Array  # `[N]` 1 where the group was masked out for zero reward variance
+    first: Any = None  # with memory: `[T, N*G]` steps that begin an episode
+    memory: Any = None  # with memory: the start `Memory`, `[N*G, ...]` (zeros: fresh groups)
 
 
 class GRPOState(NamedTuple):
@@ -104,6 +106,8 @@ class _Steps(NamedTuple):
     mask: jax.Array
     alive: jax.Array
     group_id: jax.Array
+    first: Any = None  # with memory: `[T, N*G]`, regrouped `[N, T, G]`
+    memory: Any = None  # with memory: `[N*G, ...]`, regrouped `[N, G, ...]`
 
 
 def check_grpo_config(config: Config) -> None:
@@ -201,9 +205,27 @@ def _regroup(x: jax.Array, group_size: int) -> jax.Array:
 
 
 def group_minibatches(steps: _Steps, key: jax.Array, group_size: int, num_minibatches: int):
-    """Shuffle whole groups and split them: every leaf `[M, N/M, T, G, ...]`."""
-    groups = jax.tree.map(lambda x: _regroup(x, group_size), steps)
-    return minibatches(groups, key, num_minibatches)
+    """Shuffle whole groups and split them: every leaf `[M, N/M, T, G, ...]` (a start
+    memory `[M, N/M, G, ...]`)."""
+    groups = jax.tree.map(lambda x: _regroup(x, group_size), steps._replace(memory=None))
+    start = jax.tree.map(lambda x: x.reshape((-1, group_size) + x.shape[1:]), steps.memory)
+    return minibatches(groups._replace(memory=start), key, num_minibatches)
+
+
+def grouped_log_prob(networks: Networks, policy: Any, mb: _Steps) -> tuple[Any, Any]:
+    """(log pi(a|s), entropy) at every step of grouped minibatch `mb` (`[n, T, G]`); with
+    memory each trajectory is re-run from its start memory."""
+    if mb.memory is None:
+        dist = networks.policy(policy, mb.obs)
+        return dist.log_prob(mb.action), dist.entropy()
+    n, steps, g = mb.action.shape[:3]
+    # [n, T, G, ...] -> [T, n * G, ...]: one batch axis, as the rollout had (a cell over a
+    # rank-3 batch inside the update's scans took XLA:CPU's LLVM over 10 minutes to compile).
+    time_major = lambda x: jnp.moveaxis(x, 1, 0).reshape((steps, n * g) + x.shape[3:])
+    memory = jax.tree.map(lambda h: h.reshape((n * g,) + h.shape[2:]), mb.memory.policy)
+    dist = networks.policy_sequence(policy, memory, time_major(mb.obs), time_major(mb.first))
+    back = lambda x: jnp.moveaxis(x.reshape((steps, n, g)), 0, 1)
+    return back(dist.log_prob(time_major(mb.action))), back(dist.entropy())
 
 
 def make_grpo(config: Config, networks: Networks) -> Algorithm:
@@ -221,13 +243,22 @@ def make_grpo(config: Config, networks: Networks) -> Algorithm:
         zero_std = 1.0 - nonzero.any(axis=0).astype(jnp.float32)
         ids = jnp.broadcast_to(group_ids(width // g, g), adv.shape)
         return GRPOBatch(
-            traj.obs, traj.action, traj.log_prob, adv, alive * keep, alive, ids, outcome, zero_std
+            traj.obs,
+            traj.action,
+            traj.log_prob,
+            adv,
+            alive * keep,
+            alive,
+            ids,
+            outcome,
+            zero_std,
+            traj.first,
+            traj.memory,
         )
 
     def loss_fn(policy: Any, mb: _Steps, hp: HParams, kl_beta: jax.Array):
         # mb leaves are `[n, T, G, ...]` for n groups.
-        dist = networks.policy(policy, mb.obs)
-        log_prob = dist.log_prob(mb.action)
+        log_prob, entropy = grouped_log_prob(networks, policy, mb)
         surrogate, kl, ratio = grpo_loss_terms(
             log_prob,
             mb.log_prob,
@@ -237,7 +268,6 @@ def make_grpo(config: Config, networks: Networks) -> Algorithm:
             hp.clip_eps_high,
             config.kl_estimator,
         )
-        entropy = dist.entropy()
         weight = group_loss_weights(mb.mask, config.group_normalizer)
         total = jnp.sum(weight * (surrogate + kl_beta * kl - hp.ent_coef * entropy))
         low, high = losses.clip_fractions(
@@ -265,7 +295,7 @@ def make_grpo(config: Config, networks: Networks) -> Algorithm:
             ref_policy = jax.tree.map(
                 lambda new, old: jnp.where(refresh, new, old), params.policy, ref_policy
             )
-        ref_log_prob = networks.policy(ref_policy, batch.obs).log_prob(batch.action)
+        ref_log_prob = policy_on(networks, ref_policy, batch).log_prob(batch.action)
         steps = _Steps(
             batch.obs,
             batch.action,
@@ -275,6 +305,8 @@ def make_grpo(config: Config, networks: Networks) -> Algorithm:
             batch.mask,
             batch.alive,
             batch.group_id,
+            batch.first,
+            batch.memory,
         )
         lr = anneal(config, hp.learning_rate, state.updates)
         opt_state = set_learning_rate(state.opt_state, lr)

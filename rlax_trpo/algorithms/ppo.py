@@ -20,11 +20,13 @@ from rlax_trpo.algorithms.base import Algorithm, AlgorithmSpec
 from rlax_trpo.algorithms.common import (
     anneal,
     batch_layout,
+    check_sequence_split,
     flatten_batch,
     make_critic_batch,
     make_optimizer,
     minibatch_descent,
     minibatches,
+    sequence_minibatches,
     set_learning_rate,
 )
 from rlax_trpo.algorithms.sections import (
@@ -35,7 +37,7 @@ from rlax_trpo.algorithms.sections import (
     OptimizerHParams,
 )
 from rlax_trpo.config import Config, HParams, hp_field
-from rlax_trpo.networks import Networks
+from rlax_trpo.networks import Networks, policy_on, value_on
 from rlax_trpo.types import Batch, Params
 
 
@@ -82,6 +84,7 @@ class PPOState(NamedTuple):
 def make_ppo(config: Config, networks: Networks) -> Algorithm:
     optimizer = make_optimizer(config)
     env_major, groups = batch_layout(config, config.num_minibatches)
+    check_sequence_split(config, "num_minibatches", config.num_minibatches)
 
     # Adam and the gradient clipping run on one flat parameter vector: on CPU this cut the
     # update's time by about a quarter against per-leaf updates (many tiny kernels), with
@@ -91,7 +94,7 @@ def make_ppo(config: Config, networks: Networks) -> Algorithm:
         return PPOState(optimizer.init(flat_params), jnp.zeros((), jnp.int32), hp.kl_beta)
 
     def loss_fn(params: Params, mb: Batch, hp: HParams, kl_beta: jax.Array):
-        dist = networks.policy(params.policy, mb.obs)
+        dist = policy_on(networks, params.policy, mb)
         log_prob = dist.log_prob(mb.action)
         log_ratio = log_prob - mb.log_prob
         ratio = jnp.exp(log_ratio)
@@ -101,7 +104,7 @@ def make_ppo(config: Config, networks: Networks) -> Algorithm:
             pg_loss = losses.clipped_surrogate_loss(ratio, adv, hp.clip_eps)
         else:  # kl_fixed / kl_adaptive: -(r A) + beta KL(old || new)   (PPO paper, sec. 4)
             pg_loss = -(ratio * jax.lax.stop_gradient(adv)).mean() + kl_beta * approx_kl
-        values = networks.value(params.value, mb.obs)
+        values = value_on(networks, params.value, mb)
         v_loss = losses.value_loss(
             values, mb.target, mb.value if config.clip_value_loss else None, hp.value_clip_eps
         )
@@ -120,8 +123,13 @@ def make_ppo(config: Config, networks: Networks) -> Algorithm:
     def update(params: Params, state: PPOState, batch: Batch, hp: HParams, key: jax.Array):
         lr = anneal(config, hp.learning_rate, state.updates)
         opt_state = set_learning_rate(state.opt_state, lr)
-        flat = flatten_batch(batch, env_major)
         flat_params, unravel = ravel_pytree(params)
+        if networks.recurrent:  # minibatches of whole environment sequences, `[T, B / M]`
+            flat = batch
+            split = lambda k: sequence_minibatches(batch, k, config.num_minibatches)
+        else:
+            flat = flatten_batch(batch, env_major)
+            split = lambda k: minibatches(flat, k, config.num_minibatches, groups)
         grad_fn = jax.grad(lambda v, *args: loss_fn(unravel(v), *args), has_aux=True)
 
         (new_flat, opt_state), aux = minibatch_descent(
@@ -131,7 +139,7 @@ def make_ppo(config: Config, networks: Networks) -> Algorithm:
             opt_state,
             key,
             config.num_epochs,
-            lambda k: minibatches(flat, k, config.num_minibatches, groups),
+            split,
             hp.max_grad_norm,
             hp,
             state.kl_beta,
@@ -146,7 +154,7 @@ def make_ppo(config: Config, networks: Networks) -> Algorithm:
         kl_beta = state.kl_beta
         if config.penalty != "clip":
             # Measured after the whole update: d = mean KL(pi_old || pi_new) on the batch.
-            new_logp = networks.policy(new_params.policy, flat.obs).log_prob(flat.action)
+            new_logp = policy_on(networks, new_params.policy, flat).log_prob(flat.action)
             d = losses.kl_estimate(new_logp - flat.log_prob, "k3").mean()
             if config.penalty == "kl_adaptive":
                 kl_beta = adapt_kl_beta(kl_beta, d, hp.kl_target)

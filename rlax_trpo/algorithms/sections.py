@@ -33,6 +33,7 @@ class AdvantageFields(Section):
     n_step: int = Field(5, gt=0)  # with advantage: nstep
     normalize_advantages: bool = True
     value_hidden_sizes: tuple[PositiveInt, ...] | None = None  # critic (None: as the policy)
+    value_memory: Literal["none", "gru", "lstm"] | None = None  # critic (None: as the policy)
 
 
 class MinibatchFields(Section):

@@ -41,7 +41,8 @@ from rlax_trpo.algorithms.sections import (
     CriticFitterHParams,
 )
 from rlax_trpo.config import Config, HParams, hp_field
-from rlax_trpo.networks import Networks
+from rlax_trpo.memory import every_kth_environment
+from rlax_trpo.networks import Networks, policy_on
 from rlax_trpo.types import Batch, Metrics, Params
 
 
@@ -83,7 +84,7 @@ def surrogate_fn(networks: Networks, flat: Batch, advantages: jax.Array):
     """
 
     def surrogate(policy_params: Any) -> jax.Array:
-        log_prob = networks.policy(policy_params, flat.obs).log_prob(flat.action)
+        log_prob = policy_on(networks, policy_params, flat).log_prob(flat.action)
         return (jnp.exp(log_prob - flat.log_prob) * advantages).mean()
 
     return surrogate
@@ -94,6 +95,18 @@ def fisher_subsample(obs: jax.Array, fraction: float) -> jax.Array:
     trpo_mpi uses every 5th); a static slice, so shapes stay fixed."""
     stride = max(1, round(1.0 / fraction))
     return obs[::stride]
+
+
+def kl_fn(networks: Networks, policy_params: Any, batch: Batch, fraction: float = 1.0):
+    """theta -> mean KL(pi_old || pi_theta) over `batch` (`tr.mean_kl_fn`), on every k-th
+    sample (`fisher_subsample`), or with memory on every k-th environment's whole sequence
+    re-run from its start memory."""
+    if batch.memory is None:
+        return tr.mean_kl_fn(networks.policy, policy_params, fisher_subsample(batch.obs, fraction))
+    steps, starts = every_kth_environment(batch._replace(memory=None), batch.memory, fraction)
+    steps = steps._replace(memory=starts)
+    policy = lambda params, b: policy_on(networks, params, b)
+    return tr.mean_kl_fn(policy, policy_params, steps)
 
 
 def _make_trust_region_method(config: Config, networks: Networks, line_search: bool) -> Algorithm:
@@ -108,10 +121,8 @@ def _make_trust_region_method(config: Config, networks: Networks, line_search: b
         adv = losses.normalize(adv) if config.normalize_advantages else adv
         adv = jax.lax.stop_gradient(adv)
         surrogate = surrogate_fn(networks, flat, adv)
-        fisher_kl = tr.mean_kl_fn(
-            networks.policy, policy_params, fisher_subsample(flat.obs, config.fisher_fraction)
-        )
-        batch_kl = tr.mean_kl_fn(networks.policy, policy_params, flat.obs)
+        fisher_kl = kl_fn(networks, policy_params, flat, config.fisher_fraction)
+        batch_kl = kl_fn(networks, policy_params, flat)
 
         surrogate_old, grad = jax.value_and_grad(surrogate)(policy_params)
         nat = tr.natural_step(
@@ -141,7 +152,7 @@ def _make_trust_region_method(config: Config, networks: Networks, line_search: b
 
         # Realised quantities of the step actually applied (zero when it was rejected).
         actual_improvement, kl = evaluate(new_policy)
-        entropy = networks.policy(policy_params, flat.obs).entropy().mean()
+        entropy = policy_on(networks, policy_params, flat).entropy().mean()
         metrics = {
             "trpo/cg_residual": nat.cg_residual,
             "trpo/expected_improvement": fraction * nat.expected_improvement,
@@ -159,7 +170,7 @@ def _make_trust_region_method(config: Config, networks: Networks, line_search: b
         return new_policy, metrics
 
     def update(params: Params, state: TRPOState, batch: Batch, hp: HParams, key: jax.Array):
-        flat = flatten_batch(batch, env_major)
+        flat = batch if networks.recurrent else flatten_batch(batch, env_major)
         policy, metrics = policy_step(params.policy, flat, hp)
         value, value_opt_state, value_loss = critic.fit(
             params.value, state.value_opt_state, flat, hp, key

@@ -38,7 +38,7 @@ from rlax_trpo.algorithms.sections import (
     OptimizerHParams,
 )
 from rlax_trpo.config import Config, HParams, hp_field
-from rlax_trpo.networks import Networks
+from rlax_trpo.networks import Networks, policy_on
 from rlax_trpo.types import Batch, Params
 
 
@@ -68,7 +68,7 @@ def make_vpg(config: Config, networks: Networks) -> Algorithm:
         )
 
     def loss_fn(policy_params: Any, flat: Batch, advantages: jax.Array, hp: HParams):
-        dist = networks.policy(policy_params, flat.obs)
+        dist = policy_on(networks, policy_params, flat)
         log_prob = dist.log_prob(flat.action)
         pg_loss = losses.policy_gradient_loss(log_prob, advantages)
         entropy = dist.entropy().mean()
@@ -76,7 +76,7 @@ def make_vpg(config: Config, networks: Networks) -> Algorithm:
         return pg_loss - hp.ent_coef * entropy, {"policy/loss": pg_loss, "policy/entropy": entropy}
 
     def update(params: Params, state: VPGState, batch: Batch, hp: HParams, key: jax.Array):
-        flat = flatten_batch(batch, env_major)
+        flat = batch if networks.recurrent else flatten_batch(batch, env_major)
         adv = losses.normalize(flat.advantage) if config.normalize_advantages else flat.advantage
         grads, metrics = jax.grad(loss_fn, has_aux=True)(params.policy, flat, adv, hp)
         lr = anneal(config, hp.learning_rate, state.updates)
@@ -85,8 +85,8 @@ def make_vpg(config: Config, networks: Networks) -> Algorithm:
             optimizer, params.policy, opt_state, grads, hp.max_grad_norm
         )
 
-        old_dist = networks.policy(params.policy, flat.obs)  # exact KL(old || new) of the step
-        new_dist = networks.policy(policy, flat.obs)
+        old_dist = policy_on(networks, params.policy, flat)  # exact KL(old || new) of the step
+        new_dist = policy_on(networks, policy, flat)
         metrics["policy/kl_old_new"] = old_dist.kl_divergence(new_dist).mean()
         metrics["policy/learning_rate"] = lr
         value, value_opt_state, value_loss = critic.fit(

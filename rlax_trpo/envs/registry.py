@@ -5,6 +5,7 @@
     make_env("MaxDigit-qa")          this library's own environments (`rlax_trpo.envs.own`)
     make_env("brax/hopper")          Brax; `playground/CartpoleBalance`: MuJoCo Playground's
                                      DM Control Suite; `jumanji/Snake-v1`: Jumanji (extras)
+    make_env("pomdp/CartPole-v1")    a gymnax task without its velocities (`envs.pomdp`)
 
 A user adds one environment with `register_env(name, factory)` (the factory returns a
 gymnax 1.0 `(environment, env_params)` pair, or an `Env`), or a whole suite with
@@ -43,6 +44,7 @@ _SUITES: dict[str, Suite] = {
         "rlax_trpo.envs.playground_suite:make", "rlax_trpo.envs.playground_suite:names"
     ),
     "jumanji": Suite("rlax_trpo.envs.jumanji_suite:make", "rlax_trpo.envs.jumanji_suite:names"),
+    "pomdp": Suite("rlax_trpo.envs.pomdp:make", "rlax_trpo.envs.pomdp:names"),
 }
 # suite -> the extra that installs it
 EXTRAS = {"brax": "brax", "playground": "playground", "jumanji": "jumanji"}

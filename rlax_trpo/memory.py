@@ -1,0 +1,188 @@
+"""Memory (recurrent) networks: a GRU or LSTM between the torso and the head.
+
+A memory network reads one step of a batch of environments at a time,
+
+    features = torso(obs)                      the feed-forward torso (MLP or CNN)
+    memory   = 0 where first, else memory      a new episode starts from the initial state
+    memory, y = cell(memory, features)         GRU or LSTM of `memory_size` units
+    output   = head(y)                         logits / Gaussian mean / value
+
+and over a stored rollout `[T, B, ...]` by scanning the cell over time from the memory the
+rollout started with (`sequence`): the torso and the head run on the whole sequence at once,
+only the cell is scanned. `first[t]` marks the steps whose observation begins an episode (the
+previous step terminated or was truncated), so no information crosses an episode boundary,
+during the rollout or when the learner re-runs it.
+
+The cells are flax's, initialised with this library's LAPACK-free orthogonal matrices
+(`rlax_trpo.initializers`) for the input and recurrent kernels: flax's default recurrent
+initialiser is a LAPACK QR, which deadlocks jaxlib's CPU runtime under vmap (the same hang
+docs/cpu_lapack_deadlock.md describes for the dense layers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlax_trpo.initializers import orthogonal
+
+CELLS = ("gru", "lstm")
+
+
+class Memory(NamedTuple):
+    """The memory of the policy and of the critic, `[B, ...]` leaves; None for a
+    feed-forward network (and for the missing critic of GRPO)."""
+
+    policy: Any
+    value: Any
+
+
+def memory_cells(config: Any) -> tuple[str | None, str | None]:
+    """(policy cell, critic cell) of a config: "gru", "lstm" or None (feed-forward). The
+    critic's `value_memory` defaults to the policy's `memory`."""
+    cell = lambda name: None if name in (None, "none") else name
+    policy = cell(getattr(config, "memory", "none"))
+    value = getattr(config, "value_memory", None)
+    return policy, cell(value if value is not None else policy)
+
+
+def initial_memory(cell: str | None, size: int, batch: int) -> Any:
+    """The initial state of `cell` for `batch` environments: zeros (an LSTM's (c, h)), or
+    None for a feed-forward network (`cell` None)."""
+    if cell is None:
+        return None
+    zeros = jnp.zeros((batch, size), jnp.float32)
+    return (zeros, zeros) if cell == "lstm" else zeros
+
+
+def reset_where(memory: Any, first: jax.Array) -> Any:
+    """`memory` with the entries of environments where `first` (`[B]`) back at zeros, the
+    initial state."""
+    return jax.tree.map(lambda h: jnp.where(first[..., None], jnp.zeros_like(h), h), memory)
+
+
+class MemoryNet(nn.Module):
+    """torso -> cell -> head, with separately callable parts (`embed`, `step`, `output`).
+
+    `head` is "logits" (`num_out` categories), "gaussian" (`num_out` action dimensions:
+    mean and a state-independent log-std) or "value".
+    """
+
+    head: str
+    num_out: int
+    hidden_sizes: Sequence[int]
+    activation: str
+    cnn: bool
+    cell: str
+    size: int
+
+    def setup(self):
+        from rlax_trpo.networks import Torso, _dense
+
+        self.torso = Torso(self.hidden_sizes, self.activation, self.cnn)
+        cell = nn.GRUCell if self.cell == "gru" else nn.LSTMCell
+        self.rnn = cell(
+            self.size, kernel_init=orthogonal(1.0), recurrent_kernel_init=orthogonal(1.0)
+        )
+        gain = 1.0 if self.head == "value" else 0.01
+        self.out = _dense(1 if self.head == "value" else self.num_out, gain)
+        if self.head == "gaussian":
+            self.log_std = self.param("log_std", nn.initializers.zeros, (self.num_out,))
+
+    def embed(self, obs: jax.Array) -> jax.Array:
+        return self.torso(obs)
+
+    def step(self, memory: Any, x: jax.Array, first: jax.Array) -> tuple[Any, jax.Array]:
+        return self.rnn(reset_where(memory, first), x)
+
+    def output(self, y: jax.Array) -> Any:
+        out = self.out(y)
+        if self.head == "value":
+            return out[..., 0]
+        if self.head == "gaussian":
+            return out, jnp.broadcast_to(self.log_std, out.shape)
+        return out
+
+    def __call__(self, memory: Any, obs: jax.Array, first: jax.Array) -> tuple[Any, Any]:
+        memory, y = self.step(memory, self.embed(obs), first)
+        return memory, self.output(y)
+
+
+class Recurrent(NamedTuple):
+    """A memory network's pure functions (parameters first), for a batch `[B, ...]`.
+
+    step(params, memory, obs, first) -> (memory, output)              one step
+    sequence(params, memory0, obs, first) -> (states, outputs)          `[T, B, ...]` from
+        memory0; `states[t]` is the memory after step t
+    bootstrap(params, states, obs) -> output        each state read one more step, no reset
+    """
+
+    init: Any
+    step: Any
+    sequence: Any
+    bootstrap: Any
+
+
+def make_recurrent(net: MemoryNet, obs_shape: tuple[int, ...]) -> Recurrent:
+    """The pure functions of `net` for observations of shape `obs_shape`."""
+
+    def init(key: jax.Array) -> Any:
+        dummy = jnp.zeros((1, *obs_shape), jnp.float32)
+        memory = initial_memory(net.cell, net.size, 1)
+        return net.init(key, memory, dummy, jnp.ones((1,), bool))
+
+    def step(params, memory, obs, first):
+        return net.apply(params, memory, obs, first)
+
+    def sequence(params, memory0, obs, first):
+        x = net.apply(params, obs, method=MemoryNet.embed)  # the torso on every step at once
+
+        def cell(memory, xs):
+            memory, y = net.apply(params, memory, xs[0], xs[1], method=MemoryNet.step)
+            return memory, (memory, y)
+
+        _, (states, y) = jax.lax.scan(cell, memory0, (x, first))
+        return states, net.apply(params, y, method=MemoryNet.output)
+
+    def bootstrap(params, states, obs):
+        x = net.apply(params, obs, method=MemoryNet.embed)
+        no_reset = jnp.zeros(x.shape[:-1], bool)
+        _, y = net.apply(params, states, x, no_reset, method=MemoryNet.step)
+        return net.apply(params, y, method=MemoryNet.output)
+
+    return Recurrent(init, step, sequence, bootstrap)
+
+
+def split_environments(batch: Any, memory0: Any, key: jax.Array, num_minibatches: int):
+    """Minibatches of whole environment sequences: the environments of a time-major batch
+    (`[T, B, ...]` leaves) and of its start memory (`[B, ...]`) shuffled together and split
+    into `[M, T, B / M, ...]` and `[M, B / M, ...]`. Time order is never cut."""
+    from rlax_trpo import shuffle
+
+    num_envs = jax.tree.leaves(batch)[0].shape[1]
+    perm = shuffle.permutation(key, num_envs)
+    per = num_envs // num_minibatches
+
+    def steps(x):
+        x = jnp.take(x, perm, axis=1)
+        x = x.reshape((x.shape[0], num_minibatches, per) + x.shape[2:])
+        return jnp.moveaxis(x, 1, 0)
+
+    def starts(x):
+        return jnp.take(x, perm, axis=0).reshape((num_minibatches, per) + x.shape[1:])
+
+    return jax.tree.map(steps, batch), jax.tree.map(starts, memory0)
+
+
+def every_kth_environment(batch: Any, memory0: Any, fraction: float) -> tuple[Any, Any]:
+    """Every k-th environment's whole sequence, k = round(1 / fraction) (the Fisher-vector
+    product's subsample for memory policies: time order must stay whole)."""
+    stride = max(1, int(np.round(1.0 / fraction)))
+    return jax.tree.map(lambda x: x[:, ::stride], batch), jax.tree.map(
+        lambda x: x[::stride], memory0
+    )
