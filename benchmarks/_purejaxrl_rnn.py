@@ -62,8 +62,8 @@ class _Hidden:
 
     def observation_space(self, params):
         box = self._env.observation_space(params)
-        low = np.broadcast_to(np.asarray(box.low), box.shape)[self._kept]
-        high = np.broadcast_to(np.asarray(box.high), box.shape)[self._kept]
+        low = jnp.broadcast_to(box.low, box.shape)[self._kept]  # traced inside jit
+        high = jnp.broadcast_to(box.high, box.shape)[self._kept]
         return spaces.Box(low, high, (len(self._kept),), box.dtype)
 
 

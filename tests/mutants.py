@@ -234,6 +234,22 @@ MUTANTS = [
     M("diverged-member-keeps-updating", "rlax_trpo/training.py",
       "        apply = finite & healthy\n", "        apply = finite\n",
       ("tests/test_faults.py", "-k", "no_later_update")),
+    M("memory-not-reset", "rlax_trpo/memory.py",
+      "return jax.tree.map(lambda h: jnp.where(first[..., None], jnp.zeros_like(h), h), memory)",
+      "return memory",
+      ("tests/test_memory.py", "-k", "crosses")),
+    M("memory-not-stored", "rlax_trpo/rollout.py",
+      "RolloutResult(traj._replace(memory=start.memory),",
+      "RolloutResult(traj._replace(memory=jax.tree.map(jnp.zeros_like, start.memory)),",
+      ("tests/test_memory.py", "-k", "every_algorithm and ppo")),
+    M("memory-minibatches-cut-across-time", "rlax_trpo/memory.py",
+      "x = jnp.take(x, perm, axis=1)",
+      "x = jnp.take(jnp.roll(x, 1, axis=0), perm, axis=1)",
+      ("tests/test_memory.py", "-k", "whole_environment or every_algorithm and ppo")),
+    M("memory-bootstrap-from-initial-state", "rlax_trpo/networks.py",
+      "v_rec.bootstrap(params, states, final_obs)",
+      "v_rec.bootstrap(params, jax.tree.map(jnp.zeros_like, states), final_obs)",
+      ("tests/test_memory.py", "-k", "bootstrap")),
 ]  # fmt: skip
 
 

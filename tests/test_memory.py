@@ -229,3 +229,17 @@ def test_a_killed_memory_run_resumes_to_the_same_metrics(memory_run, tmp_path):
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     assert train.main(["--resume", str(out), "--no-progress"]) == 0
     assert (out / "metrics.csv").read_bytes() == (memory_run / "metrics.csv").read_bytes()
+
+
+def test_the_critic_bootstraps_from_the_memory_of_that_step():
+    """V(final_obs[t]) reads final_obs[t] with the critic's memory after step t (the same
+    episode, no reset), not from the initial state."""
+    config = _config(algorithm="trpo")
+    nets, params, obs, first, _, memory = _sequences(config, jax.random.key(2))
+    final_obs = obs + 0.5
+    _, boot = nets.value_sequence(params.value, memory.value, obs, first, final_obs)
+    m = memory.value
+    for t in range(obs.shape[0]):
+        m, _ = nets.value_step(params.value, m, obs[t], first[t])
+        _, expected = nets.value_step(params.value, m, final_obs[t], jnp.zeros(4, bool))
+        np.testing.assert_allclose(boot[t], expected, rtol=1e-5, atol=1e-6)
