@@ -120,12 +120,35 @@ class Recurrent(NamedTuple):
     sequence(params, memory0, obs, first) -> (states, outputs)          `[T, B, ...]` from
         memory0; `states[t]` is the memory after step t
     bootstrap(params, states, obs) -> output        each state read one more step, no reset
+    embed / cell / output: the three parts (`scan_cells` runs several networks in one scan)
     """
 
     init: Any
     step: Any
     sequence: Any
     bootstrap: Any
+    embed: Any  # (params, obs) -> features
+    cell: Any  # (params, memory, features, first) -> (memory, y)
+    output: Any  # (params, y) -> output
+
+
+def scan_cells(
+    nets: tuple[Recurrent, ...], params: tuple, memory0: tuple, obs: jax.Array, first: jax.Array
+) -> tuple[tuple, tuple]:
+    """Several memory networks over the same sequence `[T, B, ...]` in one scan over time
+    (one loop, not one per network): the torsos and heads on every step at once, the cells
+    stepped together. Returns (states after every step, outputs), a tuple entry per network."""
+    features = tuple(net.embed(p, obs) for net, p in zip(nets, params, strict=True))
+
+    def step(memories, xs):
+        x, f = xs
+        parts = zip(nets, params, memories, x, strict=True)
+        out = [net.cell(p, m, xi, f) for net, p, m, xi in parts]
+        memories = tuple(m for m, _ in out)
+        return memories, (memories, tuple(y for _, y in out))
+
+    _, (states, ys) = jax.lax.scan(step, tuple(memory0), (features, first))
+    return states, tuple(net.output(p, y) for net, p, y in zip(nets, params, ys, strict=True))
 
 
 def make_recurrent(net: MemoryNet, obs_shape: tuple[int, ...]) -> Recurrent:
@@ -139,23 +162,28 @@ def make_recurrent(net: MemoryNet, obs_shape: tuple[int, ...]) -> Recurrent:
     def step(params, memory, obs, first):
         return net.apply(params, memory, obs, first)
 
-    def sequence(params, memory0, obs, first):
-        x = net.apply(params, obs, method=MemoryNet.embed)  # the torso on every step at once
+    def embed(params, obs):
+        return net.apply(params, obs, method=MemoryNet.embed)
 
-        def cell(memory, xs):
-            memory, y = net.apply(params, memory, xs[0], xs[1], method=MemoryNet.step)
-            return memory, (memory, y)
+    def cell(params, memory, x, first):
+        return net.apply(params, memory, x, first, method=MemoryNet.step)
 
-        _, (states, y) = jax.lax.scan(cell, memory0, (x, first))
-        return states, net.apply(params, y, method=MemoryNet.output)
-
-    def bootstrap(params, states, obs):
-        x = net.apply(params, obs, method=MemoryNet.embed)
-        no_reset = jnp.zeros(x.shape[:-1], bool)
-        _, y = net.apply(params, states, x, no_reset, method=MemoryNet.step)
+    def output(params, y):
         return net.apply(params, y, method=MemoryNet.output)
 
-    return Recurrent(init, step, sequence, bootstrap)
+    def bootstrap(params, states, obs):
+        return output(params, cell(params, states, embed(params, obs), no_reset(obs))[1])
+
+    def no_reset(obs):
+        return jnp.zeros(obs.shape[: obs.ndim - len(obs_shape)], bool)
+
+    parts = Recurrent(init, step, None, bootstrap, embed, cell, output)
+
+    def sequence(params, memory0, obs, first):
+        (states,), (out,) = scan_cells((parts,), (params,), (memory0,), obs, first)
+        return states, out
+
+    return parts._replace(sequence=sequence)
 
 
 def split_environments(batch: Any, memory0: Any, key: jax.Array, num_minibatches: int):

@@ -26,7 +26,14 @@ import numpy as np
 from rlax_trpo.envs import EnvSpec
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.initializers import orthogonal
-from rlax_trpo.memory import Memory, MemoryNet, initial_memory, make_recurrent, memory_cells
+from rlax_trpo.memory import (
+    Memory,
+    MemoryNet,
+    initial_memory,
+    make_recurrent,
+    memory_cells,
+    scan_cells,
+)
 from rlax_trpo.types import Params
 
 _ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
@@ -127,6 +134,8 @@ class Networks(NamedTuple):
     value_step: Any = None  # (params, memory, obs, first) -> (memory, values)
     policy_sequence: Any = None  # (params, memory0, obs, first) -> distribution `[T, B]`
     value_sequence: Any = None  # (params, memory0, obs, first, final_obs) -> (V, V(final))
+    # (Params, Memory, obs, first) -> (distribution, values): both in one scan over time
+    joint_sequence: Any = None
 
     @property
     def recurrent(self) -> bool:
@@ -140,6 +149,13 @@ def policy_on(networks: Networks, params: Any, batch: Any) -> distrax.Distributi
     if batch.memory is None:
         return networks.policy(params, batch.obs)
     return networks.policy_sequence(params, batch.memory.policy, batch.obs, batch.first)
+
+
+def policy_and_value_on(networks: Networks, params: Params, batch: Any) -> tuple[Any, Any]:
+    """`(policy_on, value_on)` of one `Params`; with memory both re-run in one scan."""
+    if batch.memory is None:
+        return networks.policy(params.policy, batch.obs), networks.value(params.value, batch.obs)
+    return networks.joint_sequence(params, batch.memory, batch.obs, batch.first)
 
 
 def value_on(networks: Networks, params: Any, batch: Any) -> jax.Array:
@@ -232,6 +248,15 @@ def make_networks(config: Any, spec: EnvSpec, with_value: bool = True) -> Networ
         # V(final_obs[t]) continues the episode of step t: the memory after step t, no reset.
         return values, None if final_obs is None else v_rec.bootstrap(params, states, final_obs)
 
+    def joint_sequence(params, mem0, obs, first):
+        if pi_rec is None or v_rec is None:
+            dist = policy_sequence(params.policy, mem0.policy, obs, first)
+            return dist, value_sequence(params.value, mem0.value, obs, first)[0]
+        _, (out, values) = scan_cells(
+            (pi_rec, v_rec), tuple(params), (mem0.policy, mem0.value), obs, first
+        )
+        return to_dist(out), values
+
     def no_memory(*_):
         raise TypeError("a memory policy needs its state: use policy_step or policy_sequence")
 
@@ -244,6 +269,7 @@ def make_networks(config: Any, spec: EnvSpec, with_value: bool = True) -> Networ
         value_step,
         policy_sequence,
         value_sequence,
+        joint_sequence,
     )
 
 

@@ -37,7 +37,7 @@ from rlax_trpo.algorithms.sections import (
     OptimizerHParams,
 )
 from rlax_trpo.config import Config, HParams, hp_field
-from rlax_trpo.networks import Networks, policy_on, value_on
+from rlax_trpo.networks import Networks, policy_and_value_on, policy_on
 from rlax_trpo.types import Batch, Params
 
 
@@ -94,7 +94,7 @@ def make_ppo(config: Config, networks: Networks) -> Algorithm:
         return PPOState(optimizer.init(flat_params), jnp.zeros((), jnp.int32), hp.kl_beta)
 
     def loss_fn(params: Params, mb: Batch, hp: HParams, kl_beta: jax.Array):
-        dist = policy_on(networks, params.policy, mb)
+        dist, values = policy_and_value_on(networks, params, mb)
         log_prob = dist.log_prob(mb.action)
         log_ratio = log_prob - mb.log_prob
         ratio = jnp.exp(log_ratio)
@@ -104,7 +104,6 @@ def make_ppo(config: Config, networks: Networks) -> Algorithm:
             pg_loss = losses.clipped_surrogate_loss(ratio, adv, hp.clip_eps)
         else:  # kl_fixed / kl_adaptive: -(r A) + beta KL(old || new)   (PPO paper, sec. 4)
             pg_loss = -(ratio * jax.lax.stop_gradient(adv)).mean() + kl_beta * approx_kl
-        values = value_on(networks, params.value, mb)
         v_loss = losses.value_loss(
             values, mb.target, mb.value if config.clip_value_loss else None, hp.value_clip_eps
         )
