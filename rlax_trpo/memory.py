@@ -2,20 +2,25 @@
 
 A memory network reads one step of a batch of environments at a time,
 
-    features = torso(obs)                      the feed-forward torso (MLP or CNN)
+    x        = W_in torso(obs) + b_in          the torso (MLP or CNN) and every gate's input
+                                               projection: nothing here reads the memory
     memory   = 0 where first, else memory      a new episode starts from the initial state
-    memory, y = cell(memory, features)         GRU or LSTM of `memory_size` units
+    memory, y = cell(memory, x)                GRU or LSTM of `memory_size` units: the
+                                               recurrent product `h W_rec` and the gates
     output   = head(y)                         logits / Gaussian mean / value
 
 and over a stored rollout `[T, B, ...]` by scanning the cell over time from the memory the
-rollout started with (`sequence`): the torso and the head run on the whole sequence at once,
-only the cell is scanned. `first[t]` marks the steps whose observation begins an episode (the
-previous step terminated or was truncated), so no information crosses an episode boundary,
-during the rollout or when the learner re-runs it.
+rollout started with (`sequence`): the torso, the input projections and the head run on the
+whole sequence at once, and only one `[B, size] x [size, gates * size]` product per step is
+left inside the scan (flax's cells do six (GRU) or eight (LSTM) per step, inputs included).
+`first[t]` marks the steps whose observation begins an episode (the previous step terminated
+or was truncated), so no information crosses an episode boundary, during the rollout or when
+the learner re-runs it.
 
-The cells are flax's, initialised with this library's LAPACK-free orthogonal matrices
-(`rlax_trpo.initializers`) for the input and recurrent kernels: flax's default recurrent
-initialiser is a LAPACK QR, which deadlocks jaxlib's CPU runtime under vmap (the same hang
+The cells compute flax's `GRUCell` and `LSTMCell` equations (the same gates, biases and
+carry `(c, h)`), with each kernel's per-gate blocks side by side. Every block is drawn by
+this library's LAPACK-free orthogonal initialiser: flax's default recurrent initialiser is a
+LAPACK QR, which deadlocks jaxlib's CPU runtime under vmap (the same hang
 docs/cpu_lapack_deadlock.md describes for the dense layers).
 """
 
@@ -66,6 +71,19 @@ def reset_where(memory: Any, first: jax.Array) -> Any:
     return jax.tree.map(lambda h: jnp.where(first[..., None], jnp.zeros_like(h), h), memory)
 
 
+def _gate_blocks(gates: int):
+    """Initialiser of a `[n, gates * size]` kernel: one orthogonal `[n, size]` block per gate
+    (the matrices flax's cells would draw for their separate per-gate layers)."""
+    block = orthogonal(1.0)
+
+    def init(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
+        n, width = shape
+        keys = jax.random.split(key, gates)
+        return jnp.concatenate([block(k, (n, width // gates), dtype) for k in keys], axis=-1)
+
+    return init
+
+
 class MemoryNet(nn.Module):
     """torso -> cell -> head, with separately callable parts (`embed`, `step`, `output`).
 
@@ -85,20 +103,41 @@ class MemoryNet(nn.Module):
         from rlax_trpo.networks import Torso, _dense
 
         self.torso = Torso(self.hidden_sizes, self.activation, self.cnn)
-        cell = nn.GRUCell if self.cell == "gru" else nn.LSTMCell
-        self.rnn = cell(
-            self.size, kernel_init=orthogonal(1.0), recurrent_kernel_init=orthogonal(1.0)
+        gates = 3 if self.cell == "gru" else 4  # GRU: r, z, n; LSTM: i, f, g, o
+        # The input projection of every gate in one dense layer, applied by `embed` to the
+        # whole sequence at once; only the recurrent product is left inside the scan.
+        self.inputs = nn.Dense(gates * self.size, kernel_init=_gate_blocks(gates))
+        self.recurrent = self.param(
+            "recurrent_kernel", _gate_blocks(gates), (self.size, gates * self.size)
         )
+        if self.cell == "gru":  # the recurrent bias of the candidate (inside r * (...))
+            self.recurrent_bias = self.param("recurrent_bias", nn.initializers.zeros, (self.size,))
         gain = 1.0 if self.head == "value" else 0.01
         self.out = _dense(1 if self.head == "value" else self.num_out, gain)
         if self.head == "gaussian":
             self.log_std = self.param("log_std", nn.initializers.zeros, (self.num_out,))
 
     def embed(self, obs: jax.Array) -> jax.Array:
-        return self.torso(obs)
+        """The torso and the gates' input projections (no memory involved)."""
+        return self.inputs(self.torso(obs))
 
     def step(self, memory: Any, x: jax.Array, first: jax.Array) -> tuple[Any, jax.Array]:
-        return self.rnn(reset_where(memory, first), x)
+        """One step of the cell from the embedded input `x`, reset where `first`."""
+        memory = reset_where(memory, first)
+        if self.cell == "gru":
+            h = memory
+            xr, xz, xn = jnp.split(x, 3, axis=-1)
+            hr, hz, hn = jnp.split(h @ self.recurrent, 3, axis=-1)
+            r = nn.sigmoid(xr + hr)
+            z = nn.sigmoid(xz + hz)
+            n = jnp.tanh(xn + r * (hn + self.recurrent_bias))
+            h = (1.0 - z) * n + z * h
+            return h, h
+        c, h = memory
+        i, f, g, o = jnp.split(x + h @ self.recurrent, 4, axis=-1)
+        c = nn.sigmoid(f) * c + nn.sigmoid(i) * jnp.tanh(g)
+        h = nn.sigmoid(o) * jnp.tanh(c)
+        return (c, h), h
 
     def output(self, y: jax.Array) -> Any:
         out = self.out(y)

@@ -250,6 +250,14 @@ MUTANTS = [
       "v_rec.bootstrap(params, states, final_obs)",
       "v_rec.bootstrap(params, jax.tree.map(jnp.zeros_like, states), final_obs)",
       ("tests/test_memory.py", "-k", "bootstrap")),
+    M("memory-gru-update-gate-flipped", "rlax_trpo/memory.py",
+      "h = (1.0 - z) * n + z * h",
+      "h = z * n + (1.0 - z) * h",
+      ("tests/test_memory.py", "-k", "flaxs")),
+    M("memory-gru-reset-gate-outside", "rlax_trpo/memory.py",
+      "n = jnp.tanh(xn + r * (hn + self.recurrent_bias))",
+      "n = jnp.tanh(xn + r * hn + self.recurrent_bias)",
+      ("tests/test_memory.py", "-k", "flaxs")),
 ]  # fmt: skip
 
 

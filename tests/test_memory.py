@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,7 +24,7 @@ from rlax_trpo import trust_region as tr
 from rlax_trpo.algorithms.common import sequence_minibatches
 from rlax_trpo.algorithms.trpo import kl_fn
 from rlax_trpo.envs import make_env
-from rlax_trpo.memory import Memory
+from rlax_trpo.memory import Memory, MemoryNet
 from rlax_trpo.networks import make_networks
 from rlax_trpo.types import Batch
 
@@ -74,6 +75,64 @@ def test_nothing_crosses_an_episode_start(cell):
     # The one-step form, starting an episode: the memory it was given is ignored.
     step = lambda m: nets.policy_step(params.policy, m.policy, obs[0], jnp.ones(4, bool))
     np.testing.assert_array_equal(step(memory)[1].logits, step(other_mem)[1].logits)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_the_cells_are_flaxs_cells(cell):
+    """The fused cell (one recurrent product per step, input projections outside the scan)
+    computes flax's GRUCell / LSTMCell with the same weights, gate by gate."""
+    net = MemoryNet("value", 1, (5,), "tanh", False, cell, 4)
+    obs = jax.random.normal(jax.random.key(0), (3, 2))
+    memory = jax.tree.map(
+        lambda h: jax.random.normal(jax.random.key(1), h.shape), _zeros_memory(cell, 3, 4)
+    )
+    initial = net.init(jax.random.key(2), memory, obs, jnp.zeros(3, bool))["params"]
+    n = 3 if cell == "gru" else 4
+    blocks = lambda a: jnp.split(a, n, axis=-1)
+    # Every gate block of both kernels starts orthogonal (orthonormal columns, or rows if wider).
+    for k in (*blocks(initial["inputs"]["kernel"]), *blocks(initial["recurrent_kernel"])):
+        gram = k.T @ k if k.shape[0] >= k.shape[1] else k @ k.T
+        np.testing.assert_allclose(gram, np.eye(len(gram)), atol=1e-5)
+    # Trained weights, not the initial ones (whose biases are zero).
+    leaves, tree = jax.tree.flatten(initial)
+    keys = jax.random.split(jax.random.key(3), len(leaves))
+    noise = [0.5 * jax.random.normal(k, a.shape) for k, a in zip(keys, leaves, strict=True)]
+    params = jax.tree.unflatten(tree, [a + e for a, e in zip(leaves, noise, strict=True)])
+    x = net.apply({"params": params}, obs, method=lambda m, o: m.torso(o))
+    ours = net.apply(
+        {"params": params},
+        memory,
+        net.apply({"params": params}, obs, method=MemoryNet.embed),
+        jnp.zeros(3, bool),
+        method=MemoryNet.step,
+    )
+    w_in, b_in, w_rec = (
+        params["inputs"]["kernel"],
+        params["inputs"]["bias"],
+        params["recurrent_kernel"],
+    )
+    if cell == "gru":
+        flax_cell, names = nn.GRUCell(4), "rzn"
+        flax_params = {
+            f"i{g}": {"kernel": k, "bias": b}
+            for g, k, b in zip(names, blocks(w_in), blocks(b_in), strict=True)
+        }
+        flax_params |= {f"h{g}": {"kernel": k} for g, k in zip(names, blocks(w_rec), strict=True)}
+        flax_params["hn"]["bias"] = params["recurrent_bias"]
+    else:
+        flax_cell, names = nn.LSTMCell(4), "ifgo"
+        flax_params = {f"i{g}": {"kernel": k} for g, k in zip(names, blocks(w_in), strict=True)}
+        flax_params |= {
+            f"h{g}": {"kernel": k, "bias": b}
+            for g, k, b in zip(names, blocks(w_rec), blocks(b_in), strict=True)
+        }
+    theirs = flax_cell.apply({"params": flax_params}, memory, x)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), ours, theirs)
+
+
+def _zeros_memory(cell, batch, size):
+    zeros = jnp.zeros((batch, size))
+    return (zeros, zeros) if cell == "lstm" else zeros
 
 
 def test_sequence_equals_the_steps_the_rollout_takes():
