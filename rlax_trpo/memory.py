@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlax_trpo.initializers import orthogonal
+from rlax_trpo.layers import Torso, dense
 
 CELLS = ("gru", "lstm")
 
@@ -100,8 +101,6 @@ class MemoryNet(nn.Module):
     size: int
 
     def setup(self):
-        from rlax_trpo.networks import Torso, _dense
-
         self.torso = Torso(self.hidden_sizes, self.activation, self.cnn)
         gates = 3 if self.cell == "gru" else 4  # GRU: r, z, n; LSTM: i, f, g, o
         # The input projection of every gate in one dense layer, applied by `embed` to the
@@ -113,7 +112,7 @@ class MemoryNet(nn.Module):
         if self.cell == "gru":  # the recurrent bias of the candidate (inside r * (...))
             self.recurrent_bias = self.param("recurrent_bias", nn.initializers.zeros, (self.size,))
         gain = 1.0 if self.head == "value" else 0.01
-        self.out = _dense(1 if self.head == "value" else self.num_out, gain)
+        self.out = dense(1 if self.head == "value" else self.num_out, gain)
         if self.head == "gaussian":
             self.log_std = self.param("log_std", nn.initializers.zeros, (self.num_out,))
 

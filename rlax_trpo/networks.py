@@ -21,11 +21,10 @@ import distrax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from rlax_trpo.envs import EnvSpec
 from rlax_trpo.errors import ConfigError
-from rlax_trpo.initializers import orthogonal
+from rlax_trpo.layers import Torso, dense
 from rlax_trpo.memory import (
     Memory,
     MemoryNet,
@@ -35,46 +34,6 @@ from rlax_trpo.memory import (
     scan_cells,
 )
 from rlax_trpo.types import Params
-
-_ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
-
-
-def _dense(features: int, gain: float) -> nn.Dense:
-    return nn.Dense(features, kernel_init=orthogonal(gain), bias_init=nn.initializers.zeros)
-
-
-def patches_3x3(x: jax.Array) -> jax.Array:
-    """`[..., H, W, C]` -> `[..., H, W, 9 C]`: each pixel's zero-padded 3x3 neighbourhood.
-
-    A Dense layer on these patches is a 3x3 'SAME' convolution with stride 1. We build it
-    from slices because `nn.Conv` inside the training scan ran 35x slower on jaxlib 0.10's
-    CPU backend (97 s against 2.8 s per Breakout-MinAtar PPO iteration, 128 envs x 128
-    steps); for 10x10 MinAtar images the matmul form is cheap on every backend.
-    """
-    h, w = x.shape[-3], x.shape[-2]
-    pad = [(0, 0)] * (x.ndim - 3) + [(1, 1), (1, 1), (0, 0)]
-    xp = jnp.pad(x, pad)
-    shifts = [xp[..., i : i + h, j : j + w, :] for i in range(3) for j in range(3)]
-    return jnp.concatenate(shifts, axis=-1)
-
-
-class Torso(nn.Module):
-    """MLP on flat observations, or a small CNN (MinAtar: 10x10xC images) then an MLP."""
-
-    hidden_sizes: Sequence[int]
-    activation: str = "tanh"
-    cnn: bool = False
-
-    @nn.compact
-    def __call__(self, obs: jax.Array) -> jax.Array:
-        act = _ACTIVATIONS[self.activation]
-        x = obs
-        if self.cnn:
-            x = nn.relu(_dense(16, np.sqrt(2))(patches_3x3(x)))  # a 3x3 'SAME' convolution
-            x = x.reshape(x.shape[:-3] + (-1,))
-        for size in self.hidden_sizes:
-            x = act(_dense(size, np.sqrt(2))(x))
-        return x
 
 
 class CategoricalPolicy(nn.Module):
@@ -86,7 +45,7 @@ class CategoricalPolicy(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         x = Torso(self.hidden_sizes, self.activation, self.cnn)(obs)
-        return _dense(self.num_actions, 0.01)(x)  # logits
+        return dense(self.num_actions, 0.01)(x)  # logits
 
 
 class GaussianPolicy(nn.Module):
@@ -98,7 +57,7 @@ class GaussianPolicy(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         x = Torso(self.hidden_sizes, self.activation, self.cnn)(obs)
-        mean = _dense(self.action_dim, 0.01)(x)
+        mean = dense(self.action_dim, 0.01)(x)
         log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
         return mean, jnp.broadcast_to(log_std, mean.shape)
 
@@ -111,7 +70,7 @@ class ValueNet(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         x = Torso(self.hidden_sizes, self.activation, self.cnn)(obs)
-        return _dense(1, 1.0)(x)[..., 0]
+        return dense(1, 1.0)(x)[..., 0]
 
 
 class Networks(NamedTuple):

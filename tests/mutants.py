@@ -150,7 +150,7 @@ MUTANTS = [
     M("cg-unbatched-initial-guess", "rlax_trpo/trust_region.py",
       "cg(matvec, b, x0=x0, tol=tol, maxiter=maxiter)", "cg(matvec, b, tol=tol, maxiter=maxiter)",
       ("tests/test_trpo.py", "-k", "learns_and")),
-    M("lapack-orthogonal-init", "rlax_trpo/networks.py",
+    M("lapack-orthogonal-init", "rlax_trpo/layers.py",
       "kernel_init=orthogonal(gain)", "kernel_init=nn.initializers.orthogonal(gain)",
       ("tests/test_initializers.py", "-k", "no_lapack or no_linear_algebra")),
     M("per-env-shuffle-is-global", "rlax_trpo/algorithms/common.py",

@@ -6,7 +6,8 @@ import numpy as np
 
 from rlax_trpo import Config
 from rlax_trpo.envs import make_env
-from rlax_trpo.networks import make_networks, patches_3x3
+from rlax_trpo.layers import patches_3x3
+from rlax_trpo.networks import make_networks
 
 
 def test_patches_dense_equals_a_same_convolution():

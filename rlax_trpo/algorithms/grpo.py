@@ -242,19 +242,8 @@ def make_grpo(config: Config, networks: Networks) -> Algorithm:
         keep = jnp.repeat(nonzero, g, axis=1).astype(jnp.float32)
         zero_std = 1.0 - nonzero.any(axis=0).astype(jnp.float32)
         ids = jnp.broadcast_to(group_ids(width // g, g), adv.shape)
-        return GRPOBatch(
-            traj.obs,
-            traj.action,
-            traj.log_prob,
-            adv,
-            alive * keep,
-            alive,
-            ids,
-            outcome,
-            zero_std,
-            traj.first,
-            traj.memory,
-        )
+        head = (traj.obs, traj.action, traj.log_prob, adv, alive * keep, alive, ids, outcome)
+        return GRPOBatch(*head, zero_std, traj.first, traj.memory)
 
     def loss_fn(policy: Any, mb: _Steps, hp: HParams, kl_beta: jax.Array):
         # mb leaves are `[n, T, G, ...]` for n groups.
@@ -296,18 +285,9 @@ def make_grpo(config: Config, networks: Networks) -> Algorithm:
                 lambda new, old: jnp.where(refresh, new, old), params.policy, ref_policy
             )
         ref_log_prob = policy_on(networks, ref_policy, batch).log_prob(batch.action)
-        steps = _Steps(
-            batch.obs,
-            batch.action,
-            batch.log_prob,
-            ref_log_prob,
-            batch.advantage,
-            batch.mask,
-            batch.alive,
-            batch.group_id,
-            batch.first,
-            batch.memory,
-        )
+        b = batch
+        head = (b.obs, b.action, b.log_prob, ref_log_prob, b.advantage, b.mask, b.alive)
+        steps = _Steps(*head, b.group_id, b.first, b.memory)
         lr = anneal(config, hp.learning_rate, state.updates)
         opt_state = set_learning_rate(state.opt_state, lr)
 
