@@ -239,3 +239,25 @@ def test_advantage_scale_leaves_natural_step_unchanged():
     for c in (0.01, 7.5, 300.0):
         scaled = step(jax.tree.map(lambda x: c * x, grad))
         np.testing.assert_allclose(scaled, base, rtol=2e-4, atol=1e-7)
+
+
+def test_jax_cg_gives_cg_a_zero_guess_shaped_like_b(monkeypatch):
+    """jax_cg hands cg an explicit zero initial guess made from `b` (so batched like it under
+    vmap), never cg's default: that default's failure inside the vmapped training program is
+    nondeterministic (docs/cg_unbatched_x0.md), so this checks the call itself."""
+    seen = []
+    real = jax.scipy.sparse.linalg.cg
+
+    def spy(matvec, b, x0=None, **kwargs):
+        seen.append((x0, b))
+        return real(matvec, b, x0=x0, **kwargs)
+
+    monkeypatch.setattr(jax.scipy.sparse.linalg, "cg", spy)
+    b = jnp.arange(1.0, 7.0).reshape(3, 2)
+    x = jax.vmap(lambda bi: tr.jax_cg(lambda v: 2.0 * v, bi, 5, 1e-6))(b)
+    np.testing.assert_allclose(x, 0.5 * b, rtol=1e-5)
+    assert seen
+    for x0, bi in seen:
+        assert x0 is not None and jax.tree.structure(x0) == jax.tree.structure(bi)
+        pairs = zip(jax.tree.leaves(x0), jax.tree.leaves(bi), strict=True)
+        assert all(a.shape == c.shape for a, c in pairs)
