@@ -262,8 +262,10 @@ MUTANTS = [
 ]  # fmt: skip
 
 
-def run(mutant: Mutant, control: bool = False) -> tuple[bool, float, str]:
-    """(killed, seconds, last lines of pytest's output)."""
+def run(mutant: Mutant, control: bool = False) -> tuple[bool | None, float, str]:
+    """(tests failed, seconds, last lines of pytest's output); None when pytest itself did not
+    run the tests (exit status other than 0 or 1: an error collecting or importing them), which
+    is neither a kill nor a survival."""
     with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as tmp:
         copy = Path(tmp)
         for part in ("rlax_trpo", "tests", "configs", "notebooks", "train.py", "pyproject.toml",
@@ -294,7 +296,10 @@ def run(mutant: Mutant, control: bool = False) -> tuple[bool, float, str]:
         tail = "\n".join(proc.stdout.strip().splitlines()[-3:])
         if proc.returncode == 5 or "no tests ran" in proc.stdout:
             raise SystemExit(f"{mutant.name}: the selected tests do not exist\n{tail}")
-        return proc.returncode != 0, seconds, tail
+        if proc.returncode not in (0, 1):
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-12:])
+            return None, seconds, f"pytest exit status {proc.returncode}\n{tail}"
+        return proc.returncode == 1, seconds, tail
 
 
 def main() -> int:
@@ -325,7 +330,9 @@ def main() -> int:
         futures = {pool.submit(run, m, args.control): m for m in chosen}
         results = [(futures[f], *f.result()) for f in as_completed(futures)]
     for m, failed, seconds, tail in sorted(results, key=lambda r: chosen.index(r[0])):
-        if args.control:
+        if failed is None:
+            word, ok = "ERROR   ", False
+        elif args.control:
             word, ok = ("passes  " if not failed else "FAILS   "), not failed
         else:
             word, ok = ("killed  " if failed else "SURVIVED"), failed
