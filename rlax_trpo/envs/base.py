@@ -52,24 +52,29 @@ class Env(NamedTuple):
     render: Callable[[list, Any, str], None] | None = None
 
 
+def map_observations(env: Env, fn: Any, obs_shape: tuple[int, ...], name: str | None = None) -> Env:
+    """`env` whose every observation (reset, step and the pre-reset `final_obs`) goes through
+    `fn`, giving observations of `obs_shape`."""
+
+    def reset(key: jax.Array) -> tuple[jax.Array, Any]:
+        obs, state = env.reset(key)
+        return fn(obs), state
+
+    def step(key: jax.Array, state: Any, action: jax.Array) -> StepResult:
+        res = env.step(key, state, action)
+        return res._replace(obs=fn(res.obs), final_obs=fn(res.final_obs))
+
+    spec = env.spec._replace(obs_shape=tuple(obs_shape))
+    return env._replace(reset=reset, step=step, spec=spec, name=name or env.name)
+
+
 def flatten_observations(env: Env) -> Env:
     """`env` with each observation reshaped to a float32 vector (for an MLP); a vector
     observation is returned as it was."""
     if len(env.spec.obs_shape) == 1:
         return env
     size = math.prod(int(d) for d in env.spec.obs_shape)
-    flat = lambda obs: jnp.asarray(obs, jnp.float32).reshape(size)
-
-    def reset(key: jax.Array) -> tuple[jax.Array, Any]:
-        obs, state = env.reset(key)
-        return flat(obs), state
-
-    def step(key: jax.Array, state: Any, action: jax.Array) -> StepResult:
-        res = env.step(key, state, action)
-        return res._replace(obs=flat(res.obs), final_obs=flat(res.final_obs))
-
-    spec = env.spec._replace(obs_shape=(size,))
-    return env._replace(reset=reset, step=step, spec=spec)
+    return map_observations(env, lambda obs: jnp.asarray(obs, jnp.float32).reshape(size), (size,))
 
 
 def snapshot_names(

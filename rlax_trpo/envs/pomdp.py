@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 
-from rlax_trpo.envs.base import Env, StepResult
+from rlax_trpo.envs.base import Env, map_observations
 
 # The observation entries kept (gymnax's observation layouts).
 KEPT: dict[str, tuple[int, ...]] = {
@@ -35,17 +34,7 @@ def hide(env: Env, kept: tuple[int, ...]) -> Env:
     """`env` observing only the entries `kept` of its (vector) observation."""
     index = jnp.asarray(kept)
     pick = lambda obs: jnp.take(obs, index, axis=-1)
-
-    def reset(key: jax.Array) -> tuple[jax.Array, Any]:
-        obs, state = env.reset(key)
-        return pick(obs), state
-
-    def step(key: jax.Array, state: Any, action: jax.Array) -> StepResult:
-        res = env.step(key, state, action)
-        return res._replace(obs=pick(res.obs), final_obs=pick(res.final_obs))
-
-    spec = env.spec._replace(obs_shape=(len(kept),))
-    return env._replace(reset=reset, step=step, spec=spec, name=f"pomdp/{env.name}")
+    return map_observations(env, pick, (len(kept),), name=f"pomdp/{env.name}")
 
 
 def make(name: str, env_kwargs: dict[str, Any], flatten: bool) -> Env:
