@@ -160,12 +160,13 @@ def train(
         for writer in writers:
             writer.write(history[-1], done - k, spi)
         at_checkpoint = done % plan.chunk == 0
-        if (plan.chunked and at_checkpoint) or done == plan.total:
+        saved = (plan.chunked and at_checkpoint) or done == plan.total
+        if saved:
             history = [stats.concatenate_chunks(history)]
             _save(setup, compiled, state, history[0], done, wall_s)
-        stopping = at_checkpoint and done < plan.total
-        if stopping and stop.signum is not None:
+        if saved and stop.signum is not None:  # --resume finishes it (the final phase too)
             return Trained(state, history[0], done, wall_s, stop.signum)
+        stopping = at_checkpoint and done < plan.total
         if stopping and plan.chunked and _all_diverged(setup, history[0], state):
             break  # nothing left to train; the checkpoint keeps the last finite parameters
     return Trained(state, history[0], done, wall_s, None)

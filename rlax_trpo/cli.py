@@ -116,6 +116,7 @@ def train_main(argv: list[str], prog: str = "rlax-trpo train") -> int:
         wandb=wandb,
         log_every=args.log_every,
         keep_checkpoints=args.keep_checkpoints,
+        hard_stop=True,
     )
     return _report(result, prog)
 

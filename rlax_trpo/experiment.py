@@ -27,7 +27,6 @@ named record to the next:
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -149,6 +148,7 @@ def run(
     wandb: dict[str, Any] | None = None,
     log_every: int | None = None,
     keep_checkpoints: int = 2,
+    hard_stop: bool = False,
 ) -> RunResult:
     """Train a population and write its run folder; every input is checked before any write.
 
@@ -159,7 +159,8 @@ def run(
       sweep: hyperparameter settings (`sweep.parse_sweeps`); each runs with every seed.
       out: the run folder (default `runs/<algorithm>_<env>_<time>`); must not hold files.
       chunk_iterations: run in compiled chunks of this many iterations with a checkpoint
-        after each; SIGINT/SIGTERM then stop cleanly after the current chunk.
+        after each. SIGINT/SIGTERM stop a run cleanly after the current chunk (without
+        chunks: after its one compiled call) and its checkpoint.
       resume: a run folder to continue from its last checkpoint.
       devices, shard: how many devices, and whether the population or each run's
         environments are split over them (`parallel`). If JAX has not started, the CPU
@@ -170,6 +171,9 @@ def run(
         (`rlax_trpo.loggers`).
       keep_checkpoints: how many of the newest checkpoints a run keeps (default 2): resume
         falls back to the previous one when the newest is damaged.
+      hard_stop: a second SIGINT/SIGTERM ends the process at once with one line saying what
+        was kept, exit status 128 + signal (as `rlax-trpo train` does); by default a
+        second Ctrl-C raises KeyboardInterrupt instead (notebooks).
 
     Raises:
       ConfigError: bad input (one line naming it); nothing has been written then.
@@ -182,8 +186,8 @@ def run(
     note = setup_cpu_for_run(devices)
     if note:
         print(note, file=sys.stderr, flush=True)
-    # Chunked runs take SIGINT/SIGTERM from the start (compilation included).
-    with StopRequest() if plan.chunked else contextlib.nullcontext(StopRequest()) as stop:
+    # SIGINT/SIGTERM are taken from the start (compilation included).
+    with StopRequest(hard=hard_stop, single_call=not plan.chunked) as stop:
         return _drive(plan, stop)
 
 
@@ -263,6 +267,7 @@ def _drive(plan: RunPlan, stop: StopRequest) -> RunResult:
     program = build(plan, bar)
     placement = place(plan, program)
     setup = Setup(plan, program, placement, folder=make_folder(plan, program, owner))
+    stop.kept = lambda: _kept(setup.folder)
     try:
         return _stages(setup, bar, stop)
     except BaseException as err:
@@ -274,6 +279,14 @@ def _drive(plan: RunPlan, stop: StopRequest) -> RunResult:
         raise failure from None
     finally:
         bar.close()
+
+
+def _kept(folder: Folder) -> str:
+    """What a run stopped now leaves (the hard stop's line)."""
+    where = f"the run folder {str(folder.out)!r}"
+    if holds_results(folder):
+        return f"{where} keeps its last checkpoint (--resume continues it)"
+    return f"{where} has no checkpoint yet (--resume starts the run over)"
 
 
 def _stages(setup: Setup, bar: ProgressBar, stop: StopRequest) -> RunResult:

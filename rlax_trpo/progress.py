@@ -6,9 +6,11 @@ W&B runs between chunks are in `rlax_trpo.loggers`).
 from __future__ import annotations
 
 import math
+import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -81,28 +83,96 @@ class ProgressBar:
 
 
 class StopRequest:
-    """SIGINT/SIGTERM handlers that only set a flag, checked between chunks.
+    """SIGINT/SIGTERM while a run goes: the first asks it to stop after the current chunk
+    (an unchunked run: after its one call) and its checkpoint; a second stops it now.
 
-    The first signal asks the run to stop after the current chunk and its checkpoint; the
-    default handlers are restored at once, so a second signal stops the process immediately.
+    The handlers only set a flag, read between chunks. A thread woken by
+    `signal.set_wakeup_fd` sees each signal at once, even while the main thread waits in a
+    compiled call (Python runs its own handlers only between bytecodes): it prints the
+    acknowledgement at once and, with `hard=True` (the command line), ends the process on
+    the second signal with one line saying what `kept()` (set by the driver) reports and
+    exit status 128 + signal. With `hard=False` (the Python API, notebooks) the previous
+    handlers are back after the first signal, so a second Ctrl-C raises KeyboardInterrupt.
+    Outside the main thread nothing is installed.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, hard: bool = False, single_call: bool = False) -> None:
         self.signum: int | None = None
+        self.hard = hard
+        self.single_call = single_call
+        self.kept: Callable[[], str] = lambda: "nothing was kept"
         self.previous: dict[int, Any] = {}
+        self._seen = 0
+        self._pipe: tuple[int, int] | None = None
+        self._previous_fd: int | None = None
 
     def __enter__(self) -> StopRequest:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        self._pipe = (read, write)
+        self._previous_fd = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
         for sig in (signal.SIGINT, signal.SIGTERM):
             self.previous[sig] = signal.signal(sig, self._handle)
+        self._watcher = threading.Thread(target=self._watch, args=(read,), daemon=True)
+        self._watcher.start()
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
-        self.signum = signum
-        self.__exit__()
-        name = signal.Signals(signum).name
-        print(f"\n{name} received: stopping after the current chunk and its checkpoint (send it "
-              "again to stop now)", file=sys.stderr, flush=True)  # fmt: skip
+        """The Python-level handler (main thread, between bytecodes); the watcher speaks."""
+        if self.signum is None:
+            self.signum = signum
+        if not self.hard:
+            self._restore_handlers()
 
-    def __exit__(self, *exc: Any) -> None:
+    def _watch(self, read: int) -> None:
+        while True:
+            try:
+                data = os.read(read, 64)
+            except OSError:
+                data = b""
+            if not data:
+                os.close(read)
+                return
+            for signum in data:
+                if signum in (signal.SIGINT, signal.SIGTERM):
+                    self._received(signum)
+
+    def _received(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        self._seen += 1
+        if self._seen == 1:
+            if self.signum is None:
+                self.signum = signum
+            when = (
+                "when its one compiled call ends (no --chunk-iterations), then saving its "
+                "checkpoint"
+                if self.single_call
+                else "after the current chunk and its checkpoint"
+            )
+            print(f"\n{name} received: stopping {when} (send it again to stop now)",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            return
+        if self.hard:
+            try:
+                kept = self.kept()
+            except Exception:  # noqa: BLE001 - the line must still come
+                kept = "see the run folder"
+            print(f"\nerror: stopped by a second {name}; {kept}", file=sys.stderr, flush=True)
+            os._exit(128 + signum)
+
+    def _restore_handlers(self) -> None:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
+        self.previous = {}
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._pipe is None:
+            return
+        self._restore_handlers()
+        signal.set_wakeup_fd(self._previous_fd if self._previous_fd is not None else -1)
+        read, write = self._pipe
+        self._pipe = None
+        os.close(write)  # the watcher reads end-of-file and returns
+        self._watcher.join(timeout=5)

@@ -94,6 +94,54 @@ def test_interrupt_then_resume_equals_uninterrupted(uninterrupted, tmp_path, sig
     assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
+def _start(argv: list[str], cwd: Path) -> subprocess.Popen:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    return subprocess.Popen([sys.executable, str(ROOT / "train.py"), *argv], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def _wait_for(path: Path, proc: subprocess.Popen) -> None:
+    deadline = time.time() + 240
+    while not path.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+
+
+def test_signals_stop_an_unchunked_run_after_its_call_or_at_once(uninterrupted, tmp_path):
+    """Without chunks the run is one compiled call. SIGTERM: acknowledged at once, the call
+    ends, its checkpoint is saved, exit 143, and --resume runs only the final phase (the same
+    metrics.csv). A second SIGTERM: one line saying what was kept, exit 143 at once, and
+    --resume starts the run over to the same result."""
+    out = tmp_path / "run"
+    proc = _start([*TINY, "--out", str(out)], tmp_path)
+    _wait_for(out / "config.yaml", proc)  # handlers are installed before the folder is made
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert lines[-2].startswith("SIGTERM received: stopping when its one compiled call ends")
+    assert lines[-1].startswith("error: interrupted by SIGTERM after iteration 8; checkpoint")
+    assert checkpoint.read_meta(out / "checkpoint")["iterations_done"] == 8
+    assert not (out / "summary.json").exists()
+    assert train.main(["--resume", str(out), "--no-progress"]) == 0
+    assert (out / "metrics.csv").read_bytes() == (uninterrupted / "metrics.csv").read_bytes()
+
+    out = tmp_path / "twice"
+    proc = _start([*TINY, "--out", str(out)], tmp_path)
+    _wait_for(out / "config.yaml", proc)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert err.splitlines()[-1] == (
+        f"error: stopped by a second SIGTERM; the run folder {str(out)!r} has no checkpoint "
+        "yet (--resume starts the run over)"
+    ), err
+    assert "Traceback" not in err
+    assert train.main(["--resume", str(out), "--no-progress"]) == 0
+    assert (out / "metrics.csv").read_bytes() == (uninterrupted / "metrics.csv").read_bytes()
+
+
 def _resumable_copy(uninterrupted: Path, tmp_path: Path) -> Path:
     run = tmp_path / "run"
     shutil.copytree(uninterrupted, run)
