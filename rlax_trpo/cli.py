@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rlax_trpo import peers
+
 
 class UsageError(Exception):
     pass
@@ -63,6 +65,8 @@ def build_parser(prog: str = "rlax-trpo train") -> argparse.ArgumentParser:
     add("--coordinator-address", metavar="HOST:PORT", help="multi-host: address of process 0")
     add("--num-processes", type=int, help="multi-host: number of processes")
     add("--process-id", type=int, help="multi-host: this process")
+    add("--peer-timeout", type=int, metavar="S", help="multi-host: seconds to wait for every "
+        "process to join, and for a silent peer before the run stops (default 60)")  # fmt: skip
     add("overrides", nargs="*", metavar="key=value", help="config overrides")
     return p
 
@@ -77,6 +81,7 @@ def train_main(argv: list[str], prog: str = "rlax-trpo train") -> int:
         ("--devices", args.devices),
         ("--num-processes", args.num_processes),
         ("--log-every", args.log_every),
+        ("--peer-timeout", args.peer_timeout),
     ):
         if value is not None and value < 1:
             raise UsageError(f"{flag}: must be a positive integer (got {value})")
@@ -85,13 +90,22 @@ def train_main(argv: list[str], prog: str = "rlax-trpo train") -> int:
     multi_host = args.coordinator_address is not None or args.num_processes is not None
     if multi_host:
         _check_multi_host(args)
+    elif args.peer_timeout is not None:
+        raise UsageError("--peer-timeout: only for a multi-process run (--num-processes)")
+    if multi_host and not peers.in_supervised_child():  # the runtime's aborts become one line
+        return peers.supervise(argv, prog, args.process_id, args.resume or args.out)
     # Before JAX starts (gymnax starts it at import): one CPU device per core, or --devices.
     setup_cpu(None if multi_host else args.devices)
     if multi_host:
         from rlax_trpo.parallel import initialize_distributed
 
         try:
-            initialize_distributed(args.coordinator_address, args.num_processes, args.process_id)
+            initialize_distributed(
+                args.coordinator_address,
+                args.num_processes,
+                args.process_id,
+                peer_timeout=args.peer_timeout or peers.PEER_TIMEOUT,
+            )
         except (ValueError, RuntimeError) as err:  # JAX's own checks, and a coordinator not found
             first = next((x for x in str(err).splitlines() if x.strip()), type(err).__name__)
             raise UsageError(f"--coordinator-address: cannot join the run: {first[:200]}") from None
@@ -330,6 +344,8 @@ def main(argv: list[str] | None = None, prog: str = "rlax-trpo") -> int:
     from rlax_trpo.errors import ConfigError, RunFailed
 
     argv = sys.argv[1:] if argv is None else list(argv)
+    if peers.in_supervised_child():
+        peers.adopt_user_stderr()
     if argv[:1] in (["-h"], ["--help"]):
         print(main_help(f"python {prog}" if prog.endswith(".py") else prog), end="")
         return 0
@@ -342,8 +358,15 @@ def main(argv: list[str] | None = None, prog: str = "rlax-trpo") -> int:
             return configs_main(rest, f"{prog} configs")
         return train_main(rest, f"{prog} train" if prog == "rlax-trpo" else prog)
     except (UsageError, ConfigError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return _failed(err, 2)
     except RunFailed as err:
-        print(f"error: {err}", file=sys.stderr)
-        return err.status
+        return _failed(err, err.status)
+
+
+def _failed(err: Exception, status: int) -> int:
+    """One line; in a multi-process run's training child, the process ends here: JAX's exit
+    handlers would wait for (or abort on) a peer that is gone."""
+    print(f"error: {err}", file=sys.stderr, flush=True)
+    if peers.in_supervised_child():
+        os._exit(status)
+    return status

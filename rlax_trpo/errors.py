@@ -30,14 +30,26 @@ def describe_failure(err: BaseException, kept: object | None) -> BaseException |
     )
     if isinstance(err, KeyboardInterrupt):
         return RunFailed(f"interrupted; {where}", status=130)
+    from rlax_trpo.peers import is_peer_failure
+
+    text = str(err)
+    runtime = type(err).__name__ in ("JaxRuntimeError", "XlaRuntimeError", "CheckpointWriteError")
+    if runtime and is_peer_failure(text) and _multi_process():
+        first = next((line for line in text.splitlines() if line.strip()), "")
+        during = (
+            "while writing a checkpoint" if type(err).__name__ == "CheckpointWriteError"
+            else first.strip()[:160]
+        )  # fmt: skip
+        return RunFailed(
+            f"a process of this multi-process run stopped or cannot be reached ({during}); {where}"
+        )
     if type(err).__name__ == "CheckpointWriteError":
-        return RunFailed(str(err))
+        return RunFailed(text)
     if isinstance(err, OSError) and err.errno in (
         errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EIO,
     ):  # fmt: skip
         name = f": {err.filename}" if err.filename else ""
         return RunFailed(f"{err.strerror}{name}; {where}")
-    text = str(err)
     if "RESOURCE_EXHAUSTED" in text and ("memory" in text.lower() or "allocat" in text.lower()):
         first = next((line for line in text.splitlines() if "RESOURCE_EXHAUSTED" in line), "")
         return RunFailed(
@@ -45,3 +57,9 @@ def describe_failure(err: BaseException, kept: object | None) -> BaseException |
             f"seeds or settings; {where}"
         )
     return None
+
+
+def _multi_process() -> bool:
+    import jax
+
+    return jax.process_count() > 1

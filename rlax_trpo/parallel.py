@@ -38,14 +38,22 @@ def initialize_distributed(
     coordinator_address: str | None = None,
     num_processes: int | None = None,
     process_id: int | None = None,
+    peer_timeout: int = 60,
 ) -> None:
     """Join a multi-host run (`jax.distributed.initialize`); arguments left None are
     auto-detected on Cloud TPU, SLURM and Open MPI clusters. Call it before JAX starts its
     backend (`platform.setup_cpu` does not start it). CPU devices of different processes
-    talk through gloo (TCP), so a multi-process run also works on CPUs alone."""
+    talk through gloo (TCP), so a multi-process run also works on CPUs alone.
+    `peer_timeout` (seconds) bounds the wait for every process to join and how long a
+    process may go without a heartbeat before the runtime counts it dead
+    (`rlax_trpo.peers`)."""
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(
-        coordinator_address=coordinator_address, num_processes=num_processes, process_id=process_id
+        coordinator_address=coordinator_address,
+        num_processes=num_processes,
+        process_id=process_id,
+        initialization_timeout=peer_timeout,
+        heartbeat_timeout_seconds=peer_timeout,
     )
 
 

@@ -114,3 +114,33 @@ def test_interrupted_two_process_run_resumes(single, tmp_path):
     s, s1 = _summary(out), _summary(single)
     assert s["iterations_done"] == s1["iterations_done"] == 4
     np.testing.assert_allclose(s["final_return_per_seed"], s1["final_return_per_seed"])
+
+
+def test_a_killed_peer_ends_the_other_within_the_peer_timeout_in_one_line(tmp_path):
+    """kill -9 of one process mid-run (its command: the supervisor, whose training child dies
+    with it): the other ends within --peer-timeout (plus the runtime's few seconds) with one
+    line on stderr naming the cause and what was kept, exit status 3, and no native stack;
+    the run folder keeps its checkpoints."""
+    out, timeout = tmp_path / "run", 10
+    long_run = [*TINY[:-5], "total_env_steps=400000", "num_epochs=1", "num_minibatches=2",
+                "eval_episodes=2", "--chunk-iterations", "100"]  # fmt: skip
+    procs = _start_pair([*long_run, "--peer-timeout", str(timeout), "--out", str(out)])
+    deadline = time.time() + 120
+    while not (out / "checkpoint" / "LATEST").exists() and time.time() < deadline:
+        assert procs[0].poll() is None, procs[0].communicate()[1][-3000:]
+        time.sleep(0.1)
+    procs[1].kill()
+    killed = time.time()
+    try:
+        _, err = procs[0].communicate(timeout=timeout + 50)
+    finally:
+        procs[1].communicate()
+    elapsed = time.time() - killed
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert procs[0].returncode == 3, err[-3000:]
+    assert len(lines) == 1, err[-3000:]
+    assert lines[0].startswith("error: a process of this multi-process run stopped or cannot be "
+                               "reached"), lines  # fmt: skip
+    assert f"the run folder {str(out)!r} keeps its last checkpoint" in lines[0]
+    assert elapsed < timeout + 15, elapsed
+    assert (out / "checkpoint" / "LATEST").is_file()

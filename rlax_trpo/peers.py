@@ -1,0 +1,131 @@
+"""Multi-process runs when a peer fails: a bounded wait, one line, no native stack.
+
+JAX's distributed runtime reacts to a missing or dead peer from its own C++ threads: it logs
+the coordination service's errors and aborts the process with a C++ stack (or a Gloo
+collective fails first, followed by more native messages at exit). Neither reaches Python
+in a form that can be turned into one line. So `rlax-trpo train` with `--num-processes`
+runs the training in a child process (its own process group) and supervises it:
+
+- the child's Python-level output (progress bar, messages, tracebacks of real defects) goes
+  to the user's stderr through an inherited file descriptor; the child's native stderr
+  (the runtime's logs, any C++ stack) goes to a log file in the temporary directory;
+- SIGINT and SIGTERM sent to the parent are forwarded to the child (which stops after the
+  current chunk, as a single-process run does; a second one stops it at once);
+- when the child ends by a signal (the runtime's abort), the parent prints one line naming
+  the cause and the log file, and exits with status 3 (the surroundings failed).
+
+`--peer-timeout S` (default 60) bounds both the wait for every process to join and how long
+a process may go without a heartbeat before the run counts it dead, so a surviving process
+ends within about S seconds of a peer's death (a killed peer is usually seen sooner, when
+its TCP connections close).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+PEER_TIMEOUT = 60  # seconds
+CHILD_ENV = "RLAX_TRPO_USER_STDERR"  # set in the supervised child: the user's stderr fd
+# What the distributed runtime writes when a peer or the coordinator is gone.
+PEER_FAILURE = re.compile(
+    r"stopped sending heartbeats|coordination service|CoordinationService|Gloo|"
+    r"Connection reset by peer|Connection closed by peer|Socket closed|heartbeat|\bbarrier\b",
+    re.IGNORECASE,
+)
+
+
+_adopted: list[bool] = []
+
+
+def in_supervised_child() -> bool:
+    """Whether this process is the training child of a supervised multi-process run."""
+    return bool(_adopted) or CHILD_ENV in os.environ
+
+
+def adopt_user_stderr() -> None:
+    """In the supervised child, first thing: Python writes to the user's stderr; fd 2 (the
+    native runtime's messages) and Python logging stay on the log file."""
+    fd, parent = (int(x) for x in os.environ.pop(CHILD_ENV).split(","))
+    _adopted.append(True)
+    _die_with(parent)
+    sys.stderr = open(fd, "w", buffering=1, closefd=False, errors="backslashreplace")  # noqa: SIM115
+    # Libraries' Python logging (orbax's background threads, absl) joins the native log.
+    native = open(2, "w", buffering=1, closefd=False, errors="backslashreplace")  # noqa: SIM115
+    logging.basicConfig(stream=native, level=logging.WARNING)
+
+
+def _die_with(parent: int) -> None:
+    """The child is killed when its supervisor dies (kill -9 of the command the user ran
+    ends the training too): Linux's PR_SET_PDEATHSIG, where available."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            return
+    if os.getppid() != parent:  # the supervisor died before that took effect
+        os._exit(3)
+
+
+def is_peer_failure(text: str) -> bool:
+    """Whether an error's text is the distributed runtime's report of a lost peer."""
+    return bool(PEER_FAILURE.search(text))
+
+
+def supervise(argv: list[str], prog: str, process_id: int | None, folder: Path | None) -> int:
+    """Run `train argv` in a supervised child process; its exit status, or 3 with one line
+    when the child was ended by a signal (the distributed runtime's abort)."""
+    log = Path(tempfile.gettempdir()) / f"rlax-trpo-process{process_id}-{os.getpid()}.log"
+    user = os.dup(2)
+    package_root = str(Path(__file__).resolve().parents[1])
+    path = os.environ.get("PYTHONPATH")
+    env = {**os.environ, CHILD_ENV: f"{user},{os.getpid()}",
+           "PYTHONPATH": package_root + (os.pathsep + path if path else "")}  # fmt: skip
+    code = "import sys; from rlax_trpo.cli import main; sys.exit(main(sys.argv[2:], sys.argv[1]))"
+    with open(log, "wb") as native:
+        child = subprocess.Popen([sys.executable, "-c", code, prog, "train", *argv], env=env,
+                                 stderr=native, pass_fds=(user,), process_group=0)  # fmt: skip
+    os.close(user)
+
+    def forward(signum: int, frame: object) -> None:
+        child.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        status = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if status >= 0:
+        if status == 0:
+            log.unlink(missing_ok=True)
+        return status
+    name = signal.Signals(-status).name
+    text = log.read_text(errors="replace")
+    cause = (
+        "a process of this multi-process run stopped or cannot be reached (the distributed "
+        "runtime gave up on it within --peer-timeout)"
+        if is_peer_failure(text)
+        else f"the training process ended by {name}"
+    )
+    print(f"error: {cause}; {_kept(folder)}; its native messages: {log}", file=sys.stderr)
+    return 3
+
+
+def _kept(folder: Path | None) -> str:
+    """What process 0's run folder holds (as seen from this host)."""
+    if folder is None:
+        return "process 0's run folder keeps its last checkpoint, if one was saved"
+    if (folder / "checkpoint" / "LATEST").is_file():
+        return f"the run folder {str(folder)!r} keeps its last checkpoint (--resume continues it)"
+    if (folder / "checkpoint" / "plan.json").is_file():
+        return f"the run folder {str(folder)!r} has no checkpoint yet (--resume starts it over)"
+    return "nothing was kept"
