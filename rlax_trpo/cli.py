@@ -87,28 +87,13 @@ def train_main(argv: list[str], prog: str = "rlax-trpo train") -> int:
             raise UsageError(f"{flag}: must be a positive integer (got {value})")
     if args.seed is not None and not 0 <= args.seed < 2**63:
         raise UsageError(f"--seed: must be an integer from 0 to 2**63 - 1 (got {args.seed})")
-    multi_host = args.coordinator_address is not None or args.num_processes is not None
-    if multi_host:
-        _check_multi_host(args)
-    elif args.peer_timeout is not None:
-        raise UsageError("--peer-timeout: only for a multi-process run (--num-processes)")
+    multi_host = peers.check_args(args)
     if multi_host and not peers.in_supervised_child():  # the runtime's aborts become one line
         return peers.supervise(argv, prog, args.process_id, args.resume or args.out)
     # Before JAX starts (gymnax starts it at import): one CPU device per core, or --devices.
     setup_cpu(None if multi_host else args.devices)
     if multi_host:
-        from rlax_trpo.parallel import initialize_distributed
-
-        try:
-            initialize_distributed(
-                args.coordinator_address,
-                args.num_processes,
-                args.process_id,
-                peer_timeout=args.peer_timeout or peers.PEER_TIMEOUT,
-            )
-        except (ValueError, RuntimeError) as err:  # JAX's own checks, and a coordinator not found
-            first = next((x for x in str(err).splitlines() if x.strip()), type(err).__name__)
-            raise UsageError(f"--coordinator-address: cannot join the run: {first[:200]}") from None
+        peers.join(args)
     from rlax_trpo import experiment
 
     config, sweep = _train_config(args)
@@ -133,28 +118,6 @@ def train_main(argv: list[str], prog: str = "rlax-trpo train") -> int:
         hard_stop=True,
     )
     return _report(result, prog)
-
-
-def _check_multi_host(args: argparse.Namespace) -> None:
-    """--coordinator-address HOST:PORT, --num-processes N and --process-id I together (a
-    cluster that JAX detects by itself needs none of them)."""
-    address, n, i = args.coordinator_address, args.num_processes, args.process_id
-    cluster = ("SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE", "TPU_WORKER_HOSTNAMES", "CLOUD_TPU_TASK_ID")
-    if n is not None and n > 1 and address is None and not any(v in os.environ for v in cluster):
-        raise UsageError(
-            "--num-processes: a multi-process run needs --coordinator-address HOST:PORT"
-        )
-    if address is not None:
-        host, _, port = address.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise UsageError(
-                f"--coordinator-address: expected HOST:PORT with a port from 1 to 65535 "
-                f"(got {address!r})"
-            )
-        if n is None or i is None:
-            raise UsageError("--coordinator-address: give --num-processes and --process-id too")
-    if n is not None and i is not None and not 0 <= i < n:
-        raise UsageError(f"--process-id: must be from 0 to {n - 1} (got {i})")
 
 
 def _train_config(args: argparse.Namespace) -> tuple[Any, Any]:

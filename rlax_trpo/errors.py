@@ -1,5 +1,14 @@
 """Exceptions raised for bad user input; the CLI prints them on one line and exits 2."""
 
+import re
+
+# What the distributed runtime writes when a peer or the coordinator is gone.
+PEER_FAILURE = re.compile(
+    r"stopped sending heartbeats|coordination service|CoordinationService|Gloo|"
+    r"Connection reset by peer|Connection closed by peer|Socket closed|heartbeat|\bbarrier\b",
+    re.IGNORECASE,
+)
+
 
 class ConfigError(ValueError):
     """A configuration value is missing, malformed or out of range.
@@ -30,8 +39,6 @@ def describe_failure(err: BaseException, kept: object | None) -> BaseException |
     )
     if isinstance(err, KeyboardInterrupt):
         return RunFailed(f"interrupted; {where}", status=130)
-    from rlax_trpo.peers import is_peer_failure
-
     text = str(err)
     runtime = type(err).__name__ in ("JaxRuntimeError", "XlaRuntimeError", "CheckpointWriteError")
     if runtime and is_peer_failure(text) and _multi_process():
@@ -63,3 +70,8 @@ def _multi_process() -> bool:
     import jax
 
     return jax.process_count() > 1
+
+
+def is_peer_failure(text: str) -> bool:
+    """Whether an error's text is the distributed runtime's report of a lost peer."""
+    return bool(PEER_FAILURE.search(text))

@@ -46,6 +46,7 @@ from rlax_trpo.run_folder import (
     Folder,
     RunLock,
     close_writers,
+    describe_kept,
     evaluate,
     finish_folder,
     holds_results,
@@ -267,7 +268,7 @@ def _drive(plan: RunPlan, stop: StopRequest) -> RunResult:
     program = build(plan, bar)
     placement = place(plan, program)
     setup = Setup(plan, program, placement, folder=make_folder(plan, program, owner))
-    stop.kept = lambda: _kept(setup.folder)
+    stop.kept = lambda: describe_kept(setup.folder)
     try:
         return _stages(setup, bar, stop)
     except BaseException as err:
@@ -279,14 +280,6 @@ def _drive(plan: RunPlan, stop: StopRequest) -> RunResult:
         raise failure from None
     finally:
         bar.close()
-
-
-def _kept(folder: Folder) -> str:
-    """What a run stopped now leaves (the hard stop's line)."""
-    where = f"the run folder {str(folder.out)!r}"
-    if holds_results(folder):
-        return f"{where} keeps its last checkpoint (--resume continues it)"
-    return f"{where} has no checkpoint yet (--resume starts the run over)"
 
 
 def _stages(setup: Setup, bar: ProgressBar, stop: StopRequest) -> RunResult:

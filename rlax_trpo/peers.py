@@ -24,24 +24,60 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
+
+from rlax_trpo.errors import ConfigError, is_peer_failure
 
 PEER_TIMEOUT = 60  # seconds
 CHILD_ENV = "RLAX_TRPO_USER_STDERR"  # set in the supervised child: the user's stderr fd
-# What the distributed runtime writes when a peer or the coordinator is gone.
-PEER_FAILURE = re.compile(
-    r"stopped sending heartbeats|coordination service|CoordinationService|Gloo|"
-    r"Connection reset by peer|Connection closed by peer|Socket closed|heartbeat|\bbarrier\b",
-    re.IGNORECASE,
-)
 
 
 _adopted: list[bool] = []
+
+
+def check_args(args: Any) -> bool:
+    """--coordinator-address HOST:PORT, --num-processes N and --process-id I together (a
+    cluster that JAX detects by itself needs none of them), and `--peer-timeout` only with
+    them; whether the run is multi-process. Bad input: one-line ConfigError."""
+    address, n, i = args.coordinator_address, args.num_processes, args.process_id
+    cluster = ("SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE", "TPU_WORKER_HOSTNAMES", "CLOUD_TPU_TASK_ID")
+    if n is not None and n > 1 and address is None and not any(v in os.environ for v in cluster):
+        raise ConfigError(
+            "--num-processes: a multi-process run needs --coordinator-address HOST:PORT"
+        )
+    if address is not None:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(
+                f"--coordinator-address: expected HOST:PORT with a port from 1 to 65535 "
+                f"(got {address!r})"
+            )
+        if n is None or i is None:
+            raise ConfigError("--coordinator-address: give --num-processes and --process-id too")
+    if n is not None and i is not None and not 0 <= i < n:
+        raise ConfigError(f"--process-id: must be from 0 to {n - 1} (got {i})")
+    if address is None and n is None and args.peer_timeout is not None:
+        raise ConfigError("--peer-timeout: only for a multi-process run (--num-processes)")
+    return address is not None or n is not None
+
+
+def join(args: Any) -> None:
+    """`jax.distributed.initialize` with the command line's values; a coordinator that
+    cannot be reached or JAX's own checks: one-line ConfigError."""
+    from rlax_trpo.parallel import initialize_distributed
+
+    timeout = args.peer_timeout or PEER_TIMEOUT
+    try:
+        initialize_distributed(args.coordinator_address, args.num_processes, args.process_id,
+                               peer_timeout=timeout)  # fmt: skip
+    except (ValueError, RuntimeError) as err:  # JAX's own checks, and a coordinator not found
+        first = next((x for x in str(err).splitlines() if x.strip()), type(err).__name__)
+        raise ConfigError(f"--coordinator-address: cannot join the run: {first[:200]}") from None
 
 
 def in_supervised_child() -> bool:
@@ -73,11 +109,6 @@ def _die_with(parent: int) -> None:
             return
     if os.getppid() != parent:  # the supervisor died before that took effect
         os._exit(3)
-
-
-def is_peer_failure(text: str) -> bool:
-    """Whether an error's text is the distributed runtime's report of a lost peer."""
-    return bool(PEER_FAILURE.search(text))
 
 
 def supervise(argv: list[str], prog: str, process_id: int | None, folder: Path | None) -> int:

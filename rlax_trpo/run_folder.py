@@ -251,6 +251,14 @@ def holds_results(folder: Folder) -> bool:
     return bool(checkpoint.saved_steps(folder.out / "checkpoint"))
 
 
+def describe_kept(folder: Folder) -> str:
+    """What a run stopped now leaves in its folder (one clause)."""
+    where = f"the run folder {str(folder.out)!r}"
+    if holds_results(folder):
+        return f"{where} keeps its last checkpoint (--resume continues it)"
+    return f"{where} has no checkpoint yet (--resume starts the run over)"
+
+
 def release_folder(folder: Folder, keep: bool) -> None:
     """The lock released; unless `keep`, what this run wrote removed (the folder too when it
     created it). Only the owner acts."""
