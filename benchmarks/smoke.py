@@ -53,6 +53,10 @@ SMOKE = {
          "1", "num_prompts=4", "group_size=4"],
         (),
     ),
+    "lapack_one_device.py": (
+        [PY, "benchmarks/lapack_one_device.py", "--processes", "1", "--envs", "2", "--steps", "2"],
+        ("mujoco_playground",),
+    ),
     "memory_vs_purejaxrl.py": (
         [PY, "benchmarks/memory_vs_purejaxrl.py", "--total-steps", "2048", "memory_size=8",
          "hidden_sizes=[8]"],

@@ -21,15 +21,15 @@ default backend):
 - **Linear algebra without LAPACK** (`lapack_free_linalg_on_cpu`): jaxlib 0.10's batched
   LAPACK kernels (Cholesky, triangular solve, LU, QR) split a large batch into tasks on
   XLA's intra-op pool and wait for them from a thread of that same pool; once every pool
-  thread waits (one per device on a multi-device run), the process hangs at 0% CPU
-  (docs/cpu_lapack_deadlock.md). MuJoCo physics (Brax, Playground) factorises every env's
-  mass matrix that way. With more than one CPU device these are lowered as on TPU instead,
-  through XLA's own Cholesky and triangular-solve expanders and jax's LU and Householder QR
-  in plain HLO, and nothing blocks. On one device a physics step runs one such call at a
-  time, which cannot fill the pool, and LAPACK stays: XLA's expanders cost little on small
-  physics models but 3.8x the env-step time on HumanoidWalk's 27x27 mass matrix
-  (benchmarks/cpu_linalg.py). `RLAX_TRPO_LAPACK=keep` or `=hlo` chooses one lowering
-  whatever the device count.
+  thread waits, the process hangs at 0% CPU (docs/cpu_lapack_deadlock.md). That needs
+  only two such calls running at once, which one device allows as well as several: flax's
+  orthogonal initialisers of two layers, or the mass-matrix factorisations of MuJoCo
+  physics (Brax, Playground) in an environment's step and in its reset. So on every CPU
+  device count these are lowered as on TPU instead, in plain HLO: Cholesky and triangular
+  solves of at most 32 rows unrolled over the columns (`rlax_trpo.small_linalg`; XLA's own
+  expanders cost 3.8x the env-step time on HumanoidWalk's 27x27 mass matrix), larger ones
+  through XLA's expanders, LU and Householder QR as jax writes them (benchmarks/cpu_linalg.py,
+  benchmarks/lapack_one_device.py). `RLAX_TRPO_LAPACK=keep` keeps jaxlib's LAPACK.
 
 The intra-op pool keeps all its threads. A batched LAPACK QR, as in flax's orthogonal
 initialiser, blocks a pool thread on tasks queued to the same pool
@@ -40,7 +40,8 @@ makes the same matrices without a LAPACK call.
 from __future__ import annotations
 
 import os
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
+from typing import Any
 
 THREEFRY_OPT_OUT = "RLAX_TRPO_THREEFRY"
 LAPACK_OPT_OUT = "RLAX_TRPO_LAPACK"
@@ -59,7 +60,7 @@ def usable_cores() -> int:
 
 def setup_cpu(devices: int | None = None, environ: MutableMapping[str, str] = os.environ) -> int:
     """Before JAX starts: `devices` CPU devices (default one per usable core), the
-    straight-line threefry and, with more than one CPU device, LAPACK-free linear algebra.
+    straight-line threefry and LAPACK-free linear algebra.
     Returns the number of CPU devices JAX will create.
 
     Once JAX's backend has started (any computation, `jax.devices()` included), the device
@@ -78,8 +79,7 @@ def setup_cpu(devices: int | None = None, environ: MutableMapping[str, str] = os
             forced = _forced_count(environ.get("XLA_FLAGS", ""))
             devices = forced if forced is not None else usable_cores()
         jax.config.update("jax_num_cpu_devices", int(devices))
-    lowering = environ.get(LAPACK_OPT_OUT, "auto").lower()
-    if lowering == "hlo" or (lowering != "keep" and devices > 1):
+    if environ.get(LAPACK_OPT_OUT, "hlo").lower() != "keep":
         lapack_free_linalg_on_cpu()
     return int(devices)
 
@@ -165,6 +165,26 @@ def lapack_free_linalg_on_cpu() -> bool:
         if rule is None:
             return False
         rules.append((primitive, rule))
-    for primitive, rule in rules:
+    from rlax_trpo import small_linalg
+
+    small = {
+        "cholesky_p": small_linalg.cholesky,
+        "triangular_solve_p": small_linalg.triangular_solve,
+    }
+    for name, (primitive, rule) in zip(LAPACK_PRIMITIVES, rules, strict=True):
+        if name in small:
+            rule = _unrolled_when_small(mlir.lower_fun(small[name], multiple_results=False), rule)
         mlir.register_lowering(primitive, rule, platform="cpu")
     return True
+
+
+def _unrolled_when_small(unrolled: Callable[..., Any], generic: Callable[..., Any]):
+    """A lowering rule: `unrolled` for matrices of at most `small_linalg.MAX_UNROLLED` rows,
+    else `generic` (XLA's expander)."""
+    from rlax_trpo.small_linalg import MAX_UNROLLED
+
+    def rule(ctx: Any, *args: Any, **params: Any) -> Any:
+        small = ctx.avals_in[0].shape[-1] <= MAX_UNROLLED
+        return (unrolled if small else generic)(ctx, *args, **params)
+
+    return rule

@@ -68,8 +68,7 @@ def _lapack_calls(fn, *args) -> set[str]:
 
 
 # MuJoCo physics (Brax, Playground's MJX) factorises every env's mass matrix with a Cholesky
-# and triangular solves; with several CPU devices `platform.setup_cpu` (conftest) lowers
-# those without LAPACK too.
+# and triangular solves; `platform.setup_cpu` (conftest) lowers those without LAPACK too.
 # Both suites and both algorithms are audited on their cheapest model; the other physics
 # configs run the same code on heavier models (lowering them takes about 100 s more).
 PHYSICS = {"brax/": "brax", "playground/": "mujoco_playground"}
@@ -89,8 +88,6 @@ def test_training_programs_call_no_lapack(name):
     module = next((m for k, m in PHYSICS.items() if raw.get("env", "").startswith(k)), None)
     if module is not None and importlib.util.find_spec(module) is None:
         pytest.skip(f"{module} is not installed")
-    if module is not None and jax.device_count("cpu") < 2:
-        pytest.skip("one CPU device keeps LAPACK's Cholesky (rlax_trpo/platform.py)")
     _assert_program_lapack_free(config_from_dict(raw))
 
 

@@ -121,7 +121,18 @@ def one(k):
     low = jnp.linalg.cholesky(a @ a.T)
     tri = jax.scipy.linalg.solve_triangular(low, jnp.arange(12.0), lower=True)
     q, r = jnp.linalg.qr(a)
-    return low, tri, jnp.linalg.solve(a, jnp.ones(12)), jnp.abs(q), jnp.abs(r)
+    b = jnp.arange(36.0).reshape(12, 3) / 36
+    solves = [  # every form of the triangular solve (the unrolled one below 33 rows)
+        jax.lax.linalg.triangular_solve(t, rhs, left_side=left, lower=lower,
+                                        transpose_a=trans, unit_diagonal=unit).reshape(36)
+        for t in (low, low.T, a) for lower in (True, False) for trans in (False, True)
+        for unit in (False, True) for left, rhs in ((True, b), (False, b.T))
+    ]
+    big = jax.random.normal(k, (40, 40)) / 40**0.5 + 2 * jnp.eye(40)  # XLA's expander
+    big_low = jnp.linalg.cholesky(big @ big.T)
+    big_tri = jax.scipy.linalg.solve_triangular(big_low, jnp.ones(40), lower=True)
+    return (low, tri, jnp.linalg.solve(a, jnp.ones(12)), jnp.abs(q), jnp.abs(r),
+            jnp.stack(solves), big_low, big_tri)
 
 f = jax.jit(jax.vmap(one))
 keys = jax.random.split(jax.random.key(1), 64)
@@ -131,17 +142,15 @@ print(json.dumps({"calls": calls, "out": [np.asarray(x).tolist() for x in f(keys
 
 
 def test_linear_algebra_is_lowered_without_lapack_and_agrees_with_it():
-    hlo = _probe(LINALG_PROBE, "2")  # several CPU devices: no LAPACK
-    lapack = _probe(LINALG_PROBE, "1")  # one device: jax's LAPACK lowering stays
-    # batched LAPACK kernels, which can deadlock XLA's thread pool on several devices
+    # batched LAPACK kernels, which can deadlock XLA's thread pool on any device count
     kernels = {"lapack_spotrf_ffi", "lapack_strsm_ffi", "lapack_sgetrf_ffi", "lapack_sgeqrf_ffi"}
+    lapack = _probe(LINALG_PROBE, "1", RLAX_TRPO_LAPACK="keep")  # jax's own lowering
     assert kernels <= set(lapack["calls"])
-    assert hlo["calls"] == []
-    for ours, theirs in zip(hlo["out"], lapack["out"], strict=True):
-        np.testing.assert_allclose(ours, theirs, rtol=2e-5, atol=2e-5)
-    # RLAX_TRPO_LAPACK chooses either lowering whatever the device count
-    assert kernels <= set(_probe(LINALG_PROBE, "2", RLAX_TRPO_LAPACK="keep")["calls"])
-    assert _probe(LINALG_PROBE, "1", RLAX_TRPO_LAPACK="hlo")["calls"] == []
+    for devices in ("1", "2"):
+        hlo = _probe(LINALG_PROBE, devices)
+        assert hlo["calls"] == [], devices
+        for ours, theirs in zip(hlo["out"], lapack["out"], strict=True):
+            np.testing.assert_allclose(ours, theirs, rtol=2e-5, atol=2e-5)
 
 
 HANG_PROBE = """
