@@ -3,14 +3,15 @@
 
 MuJoCo physics (Brax, Playground MJX) factorises every environment's mass matrix with a
 Cholesky and triangular solves. `rlax_trpo.platform.setup_cpu` lowers those on CPU as plain
-HLO (XLA's expanders) when there is more than one CPU device, because jaxlib 0.10's
-batched LAPACK kernels can deadlock XLA's thread pool (docs/cpu_lapack_deadlock.md). This
-runs the same `train.py` command as a fresh process with `RLAX_TRPO_LAPACK=hlo` and with
-`RLAX_TRPO_LAPACK=keep`, alternating, `--repeats` times each, on one device (where LAPACK
-cannot deadlock), and reads `env_steps_per_second` (compile excluded) from summary.json.
-The reference is the LAPACK run in the same invocation.
+HLO (unrolled up to 32 rows, XLA's expanders above; `rlax_trpo.small_linalg`), because
+jaxlib 0.10's batched LAPACK kernels can deadlock XLA's thread pool on any device count
+(docs/cpu_lapack_deadlock.md). This runs the same `train.py` command as a fresh process with
+the library's lowering (`RLAX_TRPO_LAPACK=hlo`) and with `RLAX_TRPO_LAPACK=keep`,
+alternating, `--repeats` times each, on one device (where these runs finished with both
+lowerings), and reads `env_steps_per_second` (compile excluded) from
+summary.json. The reference is the LAPACK run in the same invocation.
 
-    python benchmarks/cpu_linalg.py --json benchmarks/results/cpu_linalg_2core.json
+    python benchmarks/cpu_linalg.py --repeats 1 --json benchmarks/results/cpu_linalg_2core.json
 """
 
 from __future__ import annotations

@@ -26,8 +26,9 @@ default backend):
   orthogonal initialisers of two layers, or the mass-matrix factorisations of MuJoCo
   physics (Brax, Playground) in an environment's step and in its reset. So on every CPU
   device count these are lowered as on TPU instead, in plain HLO: Cholesky and triangular
-  solves of at most 32 rows unrolled over the columns (`rlax_trpo.small_linalg`; XLA's own
-  expanders cost 3.8x the env-step time on HumanoidWalk's 27x27 mass matrix), larger ones
+  solves of at most 32 rows unrolled over the columns (`rlax_trpo.small_linalg`: 0.61-0.73x
+  LAPACK's env steps/s on HumanoidWalk's 27x27 mass matrix, where XLA's own expanders gave
+  0.26x; no cost on 2x2 ones), larger ones
   through XLA's expanders, LU and Householder QR as jax writes them (benchmarks/cpu_linalg.py,
   benchmarks/lapack_one_device.py). `RLAX_TRPO_LAPACK=keep` keeps jaxlib's LAPACK.
 
