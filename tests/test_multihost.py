@@ -121,7 +121,7 @@ def test_a_killed_peer_ends_the_other_within_the_peer_timeout_in_one_line(tmp_pa
     with it): the other ends within --peer-timeout (plus the runtime's few seconds) with one
     line on stderr naming the cause and what was kept, exit status 3, and no native stack;
     the run folder keeps its checkpoints."""
-    out, timeout = tmp_path / "run", 10
+    out, timeout = tmp_path / "run", 5
     long_run = [*TINY[:-5], "total_env_steps=400000", "num_epochs=1", "num_minibatches=2",
                 "eval_episodes=2", "--chunk-iterations", "100"]  # fmt: skip
     procs = _start_pair([*long_run, "--peer-timeout", str(timeout), "--out", str(out)])

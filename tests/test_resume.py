@@ -109,8 +109,8 @@ def _wait_for(path: Path, proc: subprocess.Popen) -> None:
 def test_signals_stop_an_unchunked_run_after_its_call_or_at_once(uninterrupted, tmp_path):
     """Without chunks the run is one compiled call. SIGTERM: acknowledged at once, the call
     ends, its checkpoint is saved, exit 143, and --resume runs only the final phase (the same
-    metrics.csv). A second SIGTERM: one line saying what was kept, exit 143 at once, and
-    --resume starts the run over to the same result."""
+    metrics.csv). A second SIGTERM: one line saying what was kept, exit 143 at once, the
+    folder left with its plan (--resume starting over is tests/test_faults.py's)."""
     out = tmp_path / "run"
     proc = _start([*TINY, "--out", str(out)], tmp_path)
     _wait_for(out / "config.yaml", proc)  # handlers are installed before the folder is made
@@ -138,8 +138,7 @@ def test_signals_stop_an_unchunked_run_after_its_call_or_at_once(uninterrupted, 
         "yet (--resume starts the run over)"
     ), err
     assert "Traceback" not in err
-    assert train.main(["--resume", str(out), "--no-progress"]) == 0
-    assert (out / "metrics.csv").read_bytes() == (uninterrupted / "metrics.csv").read_bytes()
+    assert (out / "checkpoint" / "plan.json").is_file()  # what --resume starts over from
 
 
 def _resumable_copy(uninterrupted: Path, tmp_path: Path) -> Path:
