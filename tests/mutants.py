@@ -228,7 +228,7 @@ MUTANTS = [
       ("tests/test_multihost.py", "-k", "killed_peer")),
     M("peer-timeout-not-given-to-jax", "rlax_trpo/parallel.py",
       "        heartbeat_timeout_seconds=peer_timeout,\n", "",
-      ("tests/test_multihost.py", "-k", "killed_peer")),
+      ("tests/test_multihost.py", "-k", "bounds_joining")),
     M("no-lock", "rlax_trpo/run_folder.py",
       "            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n",
       "            pass\n",

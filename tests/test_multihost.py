@@ -144,3 +144,19 @@ def test_a_killed_peer_ends_the_other_within_the_peer_timeout_in_one_line(tmp_pa
     assert f"the run folder {str(out)!r} keeps its last checkpoint" in lines[0]
     assert elapsed < timeout + 15, elapsed
     assert (out / "checkpoint" / "LATEST").is_file()
+
+
+def test_the_peer_timeout_bounds_joining_and_heartbeats(monkeypatch):
+    """--peer-timeout reaches JAX's runtime as both of its timeouts (the end-to-end test above
+    may see the kill through Gloo first, so it cannot tell whether heartbeats are bounded)."""
+    import jax
+
+    from rlax_trpo import parallel
+
+    seen = {}
+    monkeypatch.setattr(jax.config, "update", lambda *a: None)
+    monkeypatch.setattr(jax.distributed, "initialize", lambda **kw: seen.update(kw))
+    parallel.initialize_distributed("localhost:1234", 2, 1, peer_timeout=7)
+    assert seen["initialization_timeout"] == 7 and seen["heartbeat_timeout_seconds"] == 7
+    assert (seen["coordinator_address"], seen["num_processes"], seen["process_id"]) == (
+        "localhost:1234", 2, 1)  # fmt: skip
