@@ -15,7 +15,8 @@ timeout, one jitted program vmapped over 2 to 8 seeds (the count cycles over the
   a reset and a step of every environment in the same program, each factorising the mass
   matrices (Cholesky, triangular solves), a few times over in a scan.
 
-A process that outlives `--timeout` counts as a hang. With `--env RLAX_TRPO_LAPACK=keep`
+A process that outlives `--timeout` counts as a hang (its native stacks are saved with gdb
+where gdb is installed, as `benchmarks/stress.py` does). With `--env RLAX_TRPO_LAPACK=keep`
 (jaxlib's LAPACK on one device, this library's choice before) the same processes are the
 control. Prints one JSON object, and writes it to `--json`.
 
@@ -26,15 +27,12 @@ control. Prints one JSON object, and writes it to `--json`.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
-import time
+import tempfile
 from pathlib import Path
 
 from _publish import publish
-
-ROOT = Path(__file__).resolve().parents[1]
+from stress import run_fresh
 
 
 def program(seeds: int, envs: int, steps: int) -> float:
@@ -79,24 +77,10 @@ def program(seeds: int, envs: int, steps: int) -> float:
     return float(jax.jit(jax.vmap(member))(keys).sum())
 
 
-def run_one(seeds: int, timeout: float, extra: dict[str, str], args: argparse.Namespace) -> dict:
+def run_one(seeds: int, extra: dict[str, str], args: argparse.Namespace, stacks: Path) -> dict:
     cmd = [sys.executable, __file__, "--child", str(seeds), "--envs", str(args.envs),
            "--steps", str(args.steps)]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | extra
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    try:
-        _, err = proc.communicate(timeout=timeout)
-        status = "ok" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err = proc.communicate()
-        status = "hung"
-    row = {"seeds": seeds, "status": status, "seconds": round(time.perf_counter() - t0, 1)}
-    if status.startswith("failed"):
-        row["stderr_tail"] = err[-600:]
-    return row
+    return {"seeds": seeds, **run_fresh(cmd, extra, args.timeout, stacks)}
 
 
 def main() -> None:
@@ -113,9 +97,10 @@ def main() -> None:
         print(program(args.child, args.envs, args.steps))
         return
     extra = dict(kv.split("=", 1) for kv in args.env)
+    scratch = Path(tempfile.mkdtemp(prefix="lapack_one_device_"))  # gdb stacks of hangs
     rows = []
     for i in range(args.processes):
-        rows.append(run_one(2 + i % 7, args.timeout, extra, args))  # 2..8 seeds
+        rows.append(run_one(2 + i % 7, extra, args, scratch / f"process{i}.stacks.txt"))
         print(f"process {i + 1}/{args.processes}: {rows[-1]}", file=sys.stderr, flush=True)
     result = {
         "devices": 1,

@@ -67,6 +67,14 @@ DEFAULT_PROGRAMS = ["ppo", "trpo", "grpo", "lm"]
 def run_one(name: str, devices: int, timeout: float, out: Path, extra: dict[str, str]) -> dict:
     cmd = [sys.executable, "train.py", "--no-progress", "--seeds", "4",
            "--devices", str(devices), "--out", str(out), *PROGRAMS[name]]  # fmt: skip
+    stacks = out.parent / f"{out.name}.stacks.txt"
+    return {"program": name, "devices": devices, **run_fresh(cmd, extra, timeout, stacks)}
+
+
+def run_fresh(cmd: list[str], extra: dict[str, str], timeout: float, stacks: Path) -> dict:
+    """`cmd` as a fresh process in the repository root (XLA_FLAGS dropped, `extra` added)
+    under `timeout`: its status ("ok", "failed (exit N)" or "hung"), seconds, the last line
+    of stderr when it failed, and where gdb saved the native stacks of a hang."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | extra
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, text=True,
@@ -74,17 +82,16 @@ def run_one(name: str, devices: int, timeout: float, out: Path, extra: dict[str,
     try:
         _, err = proc.communicate(timeout=timeout)
         status = "ok" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
-        stacks = None
+        saved = None
     except subprocess.TimeoutExpired:
-        status, stacks = "hung", _stacks(proc.pid, out.parent / f"{out.name}.stacks.txt")
+        status, saved = "hung", _stacks(proc.pid, stacks)
         proc.send_signal(signal.SIGKILL)
         _, err = proc.communicate()
-    row = {"program": name, "devices": devices, "status": status,
-           "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
+    row = {"status": status, "seconds": round(time.perf_counter() - t0, 1)}
     if status.startswith("failed"):
         row["stderr"] = err.strip().splitlines()[-1:] if err else []
-    if stacks:
-        row["stacks"] = stacks
+    if saved:
+        row["stacks"] = saved
     return row
 
 
