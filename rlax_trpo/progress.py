@@ -82,17 +82,6 @@ class ProgressBar:
                 self.bar.close()
 
 
-_ACTIVE: list[StopRequest] = []  # the run this process is driving, if any
-
-
-def what_was_kept() -> str:
-    """What the run this process drives leaves if the process ends now (one clause)."""
-    try:
-        return _ACTIVE[-1].kept() if _ACTIVE else "nothing was kept"
-    except Exception:  # noqa: BLE001 - called on the way out; the line must still come
-        return "see the run folder"
-
-
 class StopRequest:
     """SIGINT/SIGTERM while a run goes: the first asks it to stop after the current chunk
     (an unchunked run: after its one call) and its checkpoint; a second stops it now.
@@ -118,7 +107,6 @@ class StopRequest:
         self._previous_fd: int | None = None
 
     def __enter__(self) -> StopRequest:
-        _ACTIVE.append(self)
         if threading.current_thread() is not threading.main_thread():
             return self
         read, write = os.pipe()
@@ -167,7 +155,10 @@ class StopRequest:
                   file=sys.stderr, flush=True)  # fmt: skip
             return
         if self.hard:
-            kept = what_was_kept()
+            try:
+                kept = self.kept()
+            except Exception:  # noqa: BLE001 - on the way out; the line must still come
+                kept = "see the run folder"
             print(f"\nerror: stopped by a second {name}; {kept}", file=sys.stderr, flush=True)
             os._exit(128 + signum)
 
@@ -177,8 +168,6 @@ class StopRequest:
         self.previous = {}
 
     def __exit__(self, *exc: Any) -> None:
-        if self in _ACTIVE:
-            _ACTIVE.remove(self)
         if self._pipe is None:
             return
         self._restore_handlers()
