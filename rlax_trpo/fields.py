@@ -169,8 +169,14 @@ class ControlFields(RunFields):
         return self.num_envs * self.num_steps
 
     @property
+    def steps_per_iteration(self) -> int:
+        """Environment steps one iteration spends: the rollout's, plus whatever else an
+        estimator steps (the vine's branches), so that budgets compare fairly."""
+        return self.batch_size
+
+    @property
     def num_iterations(self) -> int:
-        return self.total_env_steps // self.batch_size
+        return self.total_env_steps // self.steps_per_iteration
 
 
 def validate_model(model_cls: type[BaseModel], data: dict[str, Any], prefix: str = "") -> Any:

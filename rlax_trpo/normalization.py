@@ -98,12 +98,16 @@ def normalize_trajectory(
     """
     obs_stats, return_stats, return_acc = stats
     raw_obs = traj.obs
+    scale_reward = lambda reward: reward
     if config.normalize_reward:
         return_acc, returns = discounted_return_trace(return_acc, traj.reward, done, gamma)
         return_stats = return_stats.update(returns.reshape(-1))
-        traj = traj._replace(reward=return_stats.scale(traj.reward))
+        scale_reward = return_stats.scale
+        traj = traj._replace(reward=scale_reward(traj.reward))
     transform = observation_transform(config.normalize_obs, obs_stats)
     traj = traj._replace(obs=transform(traj.obs), final_obs=transform(traj.final_obs))
+    if traj.branches is not None:  # the vine's branches: the same view
+        traj = traj._replace(branches=traj.branches.normalized(transform, scale_reward))
     if config.normalize_obs:
         obs_stats = obs_stats.update(raw_obs.reshape((-1,) + raw_obs.shape[2:]))
     return traj, Statistics(obs_stats, return_stats, return_acc)

@@ -34,6 +34,7 @@ class RolloutResult(NamedTuple):
     finished_return: jax.Array  # `[T, B]` return of the episode that ended at t, else 0
     finished_length: jax.Array  # `[T, B]`
     done: jax.Array  # `[T, B]` the episode ends that count (terminated | truncated)
+    env_states: Any = None  # with `keep_states`: the state each step started from, `[T, B]`
 
 
 # `collect(env, policy, carry, key, num_steps) -> RolloutResult`; an algorithm may bring its
@@ -52,13 +53,19 @@ def fresh_episodes(num_envs: int) -> EpisodeStats:
 
 
 def collect(
-    env: Env, policy: PolicyFn, carry: EnvCarry, key: jax.Array, num_steps: int
+    env: Env,
+    policy: PolicyFn,
+    carry: EnvCarry,
+    key: jax.Array,
+    num_steps: int,
+    keep_states: bool = False,
 ) -> RolloutResult:
     """Run the sampling policy for `num_steps` steps in every environment.
 
     The trajectory stores raw observations; `policy` applies whatever transform it acts with
     (e.g. running normalisation with frozen statistics), and the learner applies the very same
-    transform, so it recovers the rollout log-probabilities exactly.
+    transform, so it recovers the rollout log-probabilities exactly. With `keep_states` the
+    result also holds every step's environment state (to restore it: the vine).
     """
     num_envs = carry.obs.shape[0]
     step_env = jax.vmap(env.step)
@@ -82,9 +89,16 @@ def collect(
         )
         logs = (jnp.where(done, ep_return, 0.0), jnp.where(done, ep_length, 0), done)
         next_first = done if with_memory else None
-        return EnvCarry(res.state, res.obs, new_episode, memory, next_first), (transition, logs)
+        kept = env_state if keep_states else None
+        return EnvCarry(res.state, res.obs, new_episode, memory, next_first), (
+            transition,
+            logs,
+            kept,
+        )
 
     start = EnvCarry(*carry)
-    end, (traj, (ret, length, done)) = jax.lax.scan(step, start, jax.random.split(key, num_steps))
+    end, (traj, (ret, length, done), states) = jax.lax.scan(
+        step, start, jax.random.split(key, num_steps)
+    )
     # With memory the trajectory also holds the memory it started from, to be re-run.
-    return RolloutResult(traj._replace(memory=start.memory), end, ret, length, done)
+    return RolloutResult(traj._replace(memory=start.memory), end, ret, length, done, states)

@@ -35,6 +35,10 @@ class Trajectory(NamedTuple):
     # `memory` is the networks' `Memory` at the rollout's start (`[B, ...]` leaves).
     first: Any = None
     memory: Any = None
+    # Estimators that branch from restored states (the vine) keep their branches here
+    # (`rlax_trpo.algorithms.vine.Branches`); observations and rewards in it are raw until
+    # the learner's view normalises them with the trajectory's.
+    branches: Any = None
 
 
 class Batch(NamedTuple):

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from pydantic import Field
 
-from rlax_trpo import losses
+from rlax_trpo import losses, vine
 from rlax_trpo import trust_region as tr
 from rlax_trpo.algorithms.base import Algorithm, AlgorithmSpec
 from rlax_trpo.algorithms.common import (
@@ -41,17 +41,56 @@ from rlax_trpo.algorithms.sections import (
     CriticFitterHParams,
 )
 from rlax_trpo.config import Config, HParams, hp_field
+from rlax_trpo.errors import ConfigError
 from rlax_trpo.memory import every_kth_environment
 from rlax_trpo.networks import Networks, policy_on
-from rlax_trpo.types import Batch, Metrics, Params
+from rlax_trpo.types import Batch, Metrics, Params, Trajectory
 
 
 class NPGFields(AdvantageFields, CriticFitterFields):
-    """The natural step's static fields (NPG; TRPO adds the line search)."""
+    """The natural step's static fields (NPG; TRPO adds the line search), and the estimator
+    of the surrogate: `single_path`, or `vine` (`rlax_trpo.vine`: `vine_states` states of
+    the rollout, `vine_actions` branches each (0: every action of a discrete space), rolled
+    out `vine_horizon` steps, bootstrapped by the critic unless `vine_bootstrap` is off)."""
 
     cg_iters: int = Field(10, gt=0)
     cg_solver: Literal["jax", "scan"] = "jax"  # jax.scipy's cg, or exactly cg_iters steps
     fisher_fraction: float = Field(1.0, gt=0, le=1)  # Fisher-vector products on every k-th
+    sampling: Literal["single_path", "vine"] = "single_path"
+    vine_states: int = Field(64, gt=0)
+    vine_actions: int = Field(0, ge=0)
+    vine_horizon: int = Field(32, gt=0)
+    vine_bootstrap: bool = True
+
+    @property
+    def steps_per_iteration(self) -> int:
+        """The rollout's steps, and with the vine its branches' (fair budgets)."""
+        steps = self.num_envs * self.num_steps
+        if self.sampling == "vine":
+            steps += self.vine_states * vine_branches(self)[0] * self.vine_horizon
+        return steps
+
+
+_SPECS: dict[str, Any] = {}
+
+
+def vine_branches(config: Any) -> tuple[int, bool]:
+    """(K branches per state, whether they are every action) of a vine config: `vine_actions`,
+    or 0 for every action of the environment's discrete space (its spec is read once)."""
+    if config.vine_actions:
+        return config.vine_actions, False
+    key = repr((config.env, sorted(config.env_kwargs.items())))
+    if key not in _SPECS:
+        from rlax_trpo.envs import make_env
+
+        _SPECS[key] = make_env(config.env, config.env_kwargs).spec
+    spec = _SPECS[key]
+    if not spec.discrete:
+        raise ConfigError(
+            f"vine_actions: {config.env} has continuous actions; set the number of sampled "
+            "branches per state (>= 2)"
+        )
+    return spec.num_actions, True
 
 
 class TRPOFields(NPGFields):
@@ -109,6 +148,64 @@ def kl_fn(networks: Networks, policy_params: Any, batch: Batch, fraction: float 
     return tr.mean_kl_fn(policy, policy_params, steps)
 
 
+def trust_region_step(
+    config: Config,
+    surrogate: Any,
+    fisher_kl: Any,
+    batch_kl: Any,
+    policy_params: Any,
+    hp: HParams,
+    line_search: bool,
+) -> tuple[Any, Metrics]:
+    """One natural step on `surrogate` (theta -> L(theta), to be increased) in the trust
+    region of `batch_kl` (theta -> mean KL(pi_old || pi_theta)), the Fisher matrix being the
+    Hessian of `fisher_kl`: CG, the scaled step, then (TRPO) the backtracking line search or
+    (NPG) the step as it is. Any estimator of L fits: the single path's importance-sampled
+    surrogate (`surrogate_fn`) or the vine's (`rlax_trpo.algorithms.vine`)."""
+    surrogate_old, grad = jax.value_and_grad(surrogate)(policy_params)
+    nat = tr.natural_step(
+        fisher_kl,
+        policy_params,
+        grad,
+        hp.max_kl,
+        hp.damping,
+        config.cg_iters,
+        hp.cg_tol,
+        config.cg_solver,
+    )
+
+    def evaluate(candidate: Any) -> tuple[jax.Array, jax.Array]:
+        return surrogate(candidate) - surrogate_old, batch_kl(candidate)
+
+    if line_search:
+        fractions = tr.line_search_fractions(hp.line_search_decay, config.line_search_steps)
+        ls = tr.backtracking_line_search(
+            evaluate, policy_params, nat.step, fractions, hp.max_kl, hp.kl_slack
+        )
+        new_policy, accepted, fraction = ls.params, ls.accepted, ls.fraction
+        tried = jnp.where(accepted, ls.index + 1, config.line_search_steps)
+    else:
+        new_policy = tr.tree_axpy(1.0, nat.step, policy_params)
+        accepted, fraction, tried = jnp.asarray(True), jnp.float32(1.0), jnp.int32(0)
+
+    # Realised quantities of the step actually applied (zero when it was rejected).
+    actual_improvement, kl = evaluate(new_policy)
+    metrics = {
+        "trpo/cg_residual": nat.cg_residual,
+        "trpo/expected_improvement": fraction * nat.expected_improvement,
+        "trpo/actual_improvement": actual_improvement,
+        "trpo/kl": kl,
+        "trpo/line_search_steps": tried.astype(jnp.float32),
+        "trpo/accepted": accepted.astype(jnp.float32),
+        "trpo/step_fraction": fraction,
+        "trpo/quadratic_kl": nat.quadratic_kl,
+        "trpo/grad_norm": nat.grad_norm,
+        "policy/kl_old_new": kl,
+        "policy/surrogate": surrogate_old,
+    }
+    return new_policy, metrics
+
+
 def _make_trust_region_method(config: Config, networks: Networks, line_search: bool) -> Algorithm:
     critic = make_critic_fitter(config, networks)
     env_major, _ = batch_layout(config, config.value_minibatches)
@@ -120,53 +217,16 @@ def _make_trust_region_method(config: Config, networks: Networks, line_search: b
         adv = flat.advantage
         adv = losses.normalize(adv) if config.normalize_advantages else adv
         adv = jax.lax.stop_gradient(adv)
-        surrogate = surrogate_fn(networks, flat, adv)
-        fisher_kl = kl_fn(networks, policy_params, flat, config.fisher_fraction)
-        batch_kl = kl_fn(networks, policy_params, flat)
-
-        surrogate_old, grad = jax.value_and_grad(surrogate)(policy_params)
-        nat = tr.natural_step(
-            fisher_kl,
+        new_policy, metrics = trust_region_step(
+            config,
+            surrogate_fn(networks, flat, adv),
+            kl_fn(networks, policy_params, flat, config.fisher_fraction),
+            kl_fn(networks, policy_params, flat),
             policy_params,
-            grad,
-            hp.max_kl,
-            hp.damping,
-            config.cg_iters,
-            hp.cg_tol,
-            config.cg_solver,
+            hp,
+            line_search,
         )
-
-        def evaluate(candidate: Any) -> tuple[jax.Array, jax.Array]:
-            return surrogate(candidate) - surrogate_old, batch_kl(candidate)
-
-        if line_search:
-            fractions = tr.line_search_fractions(hp.line_search_decay, config.line_search_steps)
-            ls = tr.backtracking_line_search(
-                evaluate, policy_params, nat.step, fractions, hp.max_kl, hp.kl_slack
-            )
-            new_policy, accepted, fraction = ls.params, ls.accepted, ls.fraction
-            tried = jnp.where(accepted, ls.index + 1, config.line_search_steps)
-        else:
-            new_policy = tr.tree_axpy(1.0, nat.step, policy_params)
-            accepted, fraction, tried = jnp.asarray(True), jnp.float32(1.0), jnp.int32(0)
-
-        # Realised quantities of the step actually applied (zero when it was rejected).
-        actual_improvement, kl = evaluate(new_policy)
-        entropy = policy_on(networks, policy_params, flat).entropy().mean()
-        metrics = {
-            "trpo/cg_residual": nat.cg_residual,
-            "trpo/expected_improvement": fraction * nat.expected_improvement,
-            "trpo/actual_improvement": actual_improvement,
-            "trpo/kl": kl,
-            "trpo/line_search_steps": tried.astype(jnp.float32),
-            "trpo/accepted": accepted.astype(jnp.float32),
-            "trpo/step_fraction": fraction,
-            "trpo/quadratic_kl": nat.quadratic_kl,
-            "trpo/grad_norm": nat.grad_norm,
-            "policy/kl_old_new": kl,
-            "policy/entropy": entropy,
-            "policy/surrogate": surrogate_old,
-        }
+        metrics["policy/entropy"] = policy_on(networks, policy_params, flat).entropy().mean()
         return new_policy, metrics
 
     def update(params: Params, state: TRPOState, batch: Batch, hp: HParams, key: jax.Array):
@@ -178,7 +238,79 @@ def _make_trust_region_method(config: Config, networks: Networks, line_search: b
         metrics["value/loss"] = value_loss
         return Params(policy, value), TRPOState(value_opt_state), metrics
 
-    return Algorithm(init, make_critic_batch(config, networks), update)
+    algorithm = Algorithm(init, make_critic_batch(config, networks), update)
+    if config.sampling == "vine":
+        return _with_vine(algorithm, config, networks, critic, env_major, line_search)
+    return algorithm
+
+
+class VineBatch(NamedTuple):
+    critic: Batch  # the single path's, for the critic
+    branches: vine.Branches  # the rollout set, normalised as the trajectory
+    q: jax.Array  # [S, K] Q(s_n, a_k) of every branch
+
+
+def _with_vine(
+    algorithm: Algorithm,
+    config: Config,
+    networks: Networks,
+    critic: Any,
+    env_major: bool,
+    line_search: bool,
+) -> Algorithm:
+    """`algorithm` with the vine estimator (`rlax_trpo.vine`) in place of the single path's
+    importance-sampled surrogate: same natural step, line search and critic fit."""
+    num_actions, every_action = vine_branches(config)
+    if networks.recurrent:
+        raise ConfigError("sampling: vine needs a policy without memory (memory: none)")
+    if not every_action and num_actions < 2:
+        raise ConfigError(f"vine_actions: {num_actions} sampled branches; use at least 2")
+    if config.vine_states > config.batch_size:
+        raise ConfigError(
+            f"vine_states: {config.vine_states} is more than the rollout's "
+            f"num_envs x num_steps = {config.batch_size} states"
+        )
+    if config.num_iterations < 1:
+        raise ConfigError(
+            f"total_env_steps: {config.total_env_steps} is less than one vine iteration "
+            f"({config.steps_per_iteration} env steps with the branches)"
+        )
+    collect = vine.make_vine_collect(
+        config.vine_states, num_actions, config.vine_horizon, every_action
+    )
+
+    def make_batch(params: Params, traj: Trajectory, hp: HParams) -> VineBatch:
+        batch = algorithm.make_batch(params, traj._replace(branches=None), hp)
+        value_fn = (
+            (lambda obs: networks.value(params.value, obs)) if config.vine_bootstrap else None
+        )
+        q = vine.branch_values(traj.branches, hp.gamma, value_fn)
+        return VineBatch(batch, traj.branches, jax.lax.stop_gradient(q))
+
+    def update(params: Params, state: TRPOState, batch: VineBatch, hp: HParams, key: jax.Array):
+        obs = batch.branches.obs
+        new_policy, metrics = trust_region_step(
+            config,
+            vine.vine_surrogate_fn(networks.policy, batch.branches, batch.q, every_action),
+            tr.mean_kl_fn(
+                networks.policy, params.policy, fisher_subsample(obs, config.fisher_fraction)
+            ),
+            tr.mean_kl_fn(networks.policy, params.policy, obs),
+            params.policy,
+            hp,
+            line_search,
+        )
+        flat = flatten_batch(batch.critic, env_major)
+        value, value_opt_state, value_loss = critic.fit(
+            params.value, state.value_opt_state, flat, hp, key
+        )
+        metrics["value/loss"] = value_loss
+        metrics["policy/entropy"] = networks.policy(params.policy, obs).entropy().mean()
+        metrics["vine/q_mean"] = batch.q.mean()
+        metrics["vine/q_spread"] = (batch.q.max(1) - batch.q.min(1)).mean()
+        return Params(new_policy, value), TRPOState(value_opt_state), metrics
+
+    return algorithm._replace(make_batch=make_batch, update=update, collect=collect)
 
 
 def make_trpo(config: Config, networks: Networks) -> Algorithm:
