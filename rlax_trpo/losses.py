@@ -112,3 +112,58 @@ def value_loss(
         clipped = old_values + jnp.clip(values - old_values, -clip_eps, clip_eps)
         loss = jnp.maximum(loss, (clipped - targets) ** 2)
     return 0.5 * masked_mean(loss, mask)
+
+
+def dual_clipped_surrogate(
+    ratios: jax.Array,
+    advantages: jax.Array,
+    clip_eps_low: jax.Array | float,
+    clip_eps_high: jax.Array | float,
+    delta: jax.Array | float,
+) -> jax.Array:
+    """Per-element min(min(r, delta) A, clip(r, 1 - eps_low, 1 + eps_high) A), advantages
+    stop-gradiented: the clipped surrogate whose unclipped ratio is also capped at `delta`, so a
+    negative advantage cannot push a ratio that has run far above 1 without bound (two-sided
+    clipping, INTELLECT-2, Prime Intellect 2025; TRL's `delta`). `delta <= 0` turns the cap off
+    and the result is `clipped_surrogate(ratios, advantages, clip_eps_low, clip_eps_high)`
+    exactly. Useful values lie above 1 + eps_high (below it the cap also bites for A > 0)."""
+    chex.assert_equal_shape([ratios, advantages])
+    advantages = jax.lax.stop_gradient(advantages)
+    capped = jnp.where(delta > 0, jnp.minimum(ratios, delta), ratios)
+    clipped = jnp.clip(ratios, 1.0 - clip_eps_low, 1.0 + clip_eps_high)
+    return jnp.minimum(capped * advantages, clipped * advantages)
+
+
+def soft_gate_surrogate(
+    ratios: jax.Array,
+    advantages: jax.Array,
+    temperature_pos: jax.Array | float,
+    temperature_neg: jax.Array | float,
+) -> jax.Array:
+    """Per-element SAPO objective f(r) A with the soft gate f(r) = 4 / tau * sigmoid(tau (r - 1))
+    (Soft Adaptive Policy Optimization, Qwen 2025, arXiv:2511.20347); tau is
+    `temperature_pos` where A > 0, else `temperature_neg`. f'(1) = 1, so on-policy the gradient
+    is the policy gradient A grad log pi; off-policy, f'(r) r = 4 sigmoid (1 - sigmoid) r decays
+    smoothly instead of a hard clip's cut to zero. Advantages stop-gradiented."""
+    chex.assert_equal_shape([ratios, advantages])
+    advantages = jax.lax.stop_gradient(advantages)
+    tau = jnp.where(advantages > 0, temperature_pos, temperature_neg)
+    return jax.nn.sigmoid(tau * (ratios - 1.0)) * 4.0 / tau * advantages
+
+
+def truncated_is_weight(ratios: jax.Array, cap: jax.Array | float) -> jax.Array:
+    """CISPO's importance weight sg(min(r, cap)) (MiniMax-M1, MiniMax 2025, arXiv:2506.13585;
+    no lower bound, cap = 1 + eps_high^IS): the ratio is truncated and detached, so
+    it scales the REINFORCE term sg(w) A log pi of every token instead of dropping the gradient
+    of the clipped ones, as PPO's clip does."""
+    return jax.lax.stop_gradient(jnp.minimum(ratios, cap))
+
+
+def gamma_weight(log_w: jax.Array, k: jax.Array | float, lam: jax.Array | float) -> jax.Array:
+    """VESPO's Gamma weighting phi(w) = e^lam w^k e^{-lam w}, normalised to phi(1) = 1, from a
+    log importance weight (VESPO, arXiv:2602.10693, as TRL 1.16 implements it): it down-weights
+    both w << 1 (the power k) and w >> 1 (the decay lam). Computed in log space, detached (a
+    gradient scale only); overflow and NaN give weight 0."""
+    log_phi = lam + k * log_w - lam * jnp.exp(log_w)
+    phi = jnp.nan_to_num(jnp.exp(log_phi), nan=0.0, posinf=0.0, neginf=0.0)
+    return jax.lax.stop_gradient(phi)

@@ -82,14 +82,30 @@ class LMFields(RunFields):
 
 
 class GRPOLMFields(Section):
-    """GRPO on sampled completions: groups of `group_size` per prompt, loss aggregation,
-    reward scaling, KL to the reference policy."""
+    """GRPO on sampled completions: groups of `group_size` per prompt, the loss type (TRL
+    1.16's family) and its importance-sampling level and aggregation, reward scaling, KL to the
+    reference policy. `rlax_trpo.lm.grpo.policy_loss` documents each loss type."""
 
     num_prompts: int = Field(32, ge=1)
     group_size: int = Field(16, ge=2)
     num_epochs: int = Field(1, ge=1)
     num_minibatches: int = Field(1, ge=1)
-    loss_agg: Literal["seq_mean_token_mean", "token_mean", "constant"] = "seq_mean_token_mean"
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"] = (
+        "grpo"
+    )
+    importance_sampling_level: Literal["token", "sequence", "sequence_token"] = "token"
+    kl_bias_correction: bool = False  # KL x importance ratio (TRL's use_bias_correction_kl)
+    # None: the loss type's own aggregation; a name overrides it
+    loss_agg: (
+        Literal[
+            "seq_mean_token_mean",
+            "token_mean",
+            "batch_token_mean",
+            "constant",
+            "seq_mean_token_sum",
+        ]
+        | None
+    ) = None
     scale_rewards: bool = True
     std_ddof: Literal[0, 1] = 0
     mask_zero_std: bool = False
@@ -113,6 +129,9 @@ class GRPOLMFields(Section):
             max_new_tokens=self.completion_len(),
             num_epochs=self.num_epochs,
             num_minibatches=self.num_minibatches,
+            loss_type=self.loss_type,
+            importance_sampling_level=self.importance_sampling_level,
+            kl_bias_correction=self.kl_bias_correction,
             loss_agg=self.loss_agg,
             scale_rewards=self.scale_rewards,
             std_ddof=self.std_ddof,

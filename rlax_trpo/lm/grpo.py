@@ -6,11 +6,17 @@
 
 Shao et al. 2024 (DeepSeekMath), eq. 3 with outcome supervision; loss aggregation choices from
 DAPO (Yu et al. 2025, token mean, decoupled clip) and Dr. GRPO (Liu et al. 2025, no std,
-constant normaliser). Library code never jits: call sites wrap `GRPO.iteration` in `jax.jit`.
+constant normaliser). `GRPOConfig.loss_type` chooses among the loss family of TRL 1.16 (grpo,
+dr_grpo, dapo, bnpo, cispo, sapo, luspo, vespo; see `policy_loss`), `importance_sampling_level`
+between token ratios and GSPO's sequence ratio (Zheng et al. 2025). The loss is a pure function
+of per-token log-probs (`policy_loss`), checked number for number against TRL's own
+`GRPOTrainer._compute_loss` in tests/test_lm_losses_trl.py. Library code never jits: call sites
+wrap `GRPO.iteration` in `jax.jit`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -29,8 +35,27 @@ from rlax_trpo.lm.sampling import Completion, completion_logits, sample, token_l
 from rlax_trpo.lm.tasks import EOS, Task, sample_train, score
 from rlax_trpo.losses import masked_mean
 
-LOSS_AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "constant")
+LOSS_AGGREGATIONS = (
+    "seq_mean_token_mean",
+    "token_mean",
+    "batch_token_mean",
+    "constant",
+    "seq_mean_token_sum",
+)
 KL_ESTIMATORS = ("k1", "k2", "k3")
+# loss type -> its own aggregation (TRL 1.16's `_compute_loss`)
+LOSS_TYPES = {
+    "grpo": "seq_mean_token_mean",
+    "dr_grpo": "constant",
+    "dapo": "batch_token_mean",
+    "bnpo": "token_mean",
+    "cispo": "batch_token_mean",
+    "sapo": "seq_mean_token_mean",
+    "luspo": "seq_mean_token_sum",
+    "vespo": "batch_token_mean",
+}
+CLIP_LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "luspo")  # PPO's clipped surrogate
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence", "sequence_token")
 
 
 class GRPOConfig(NamedTuple):
@@ -42,7 +67,13 @@ class GRPOConfig(NamedTuple):
       max_new_tokens: C, the completion budget.
       num_epochs: mu, passes over the batch per iteration.
       num_minibatches: minibatches per epoch (must divide B).
-      loss_agg: "seq_mean_token_mean" (original GRPO), "token_mean" (DAPO), "constant" (Dr. GRPO).
+      loss_type: the per-token objective and its aggregation, one of `LOSS_TYPES` (`policy_loss`).
+      importance_sampling_level: "token" (r_it), "sequence" (GSPO's s_i) or "sequence_token"
+        (GSPO-token), see `importance_ratio`.
+      kl_bias_correction: multiply the per-token KL by the importance ratio (TRL's
+        `use_bias_correction_kl`, DeepSeek-V3.2), not stop-gradiented.
+      loss_agg: None (the loss type's own aggregation, `LOSS_TYPES`) or one of
+        `LOSS_AGGREGATIONS`, which overrides it (`aggregate_loss`).
       scale_rewards: divide the centred rewards by the group std (False: Dr. GRPO).
       std_ddof: 0 for the population std (EasyDeL, MaxText), 1 for n-1 (TRL, Tunix).
       mask_zero_std: drop groups whose rewards are all equal from the loss and its denominator.
@@ -55,7 +86,10 @@ class GRPOConfig(NamedTuple):
     max_new_tokens: int = 2
     num_epochs: int = 1
     num_minibatches: int = 1
-    loss_agg: str = "seq_mean_token_mean"
+    loss_type: str = "grpo"
+    importance_sampling_level: str = "token"
+    kl_bias_correction: bool = False
+    loss_agg: str | None = None
     scale_rewards: bool = True
     std_ddof: int = 0
     mask_zero_std: bool = False
@@ -72,6 +106,13 @@ class LMHParams(HParams):
     clip_eps_low: Any = hp_field(0.2, ge=0, lt=1)
     clip_eps_high: Any = hp_field(0.28, ge=0)
     kl_beta: Any = hp_field(0.04, ge=0)
+    clip_delta: Any = hp_field(0.0, ge=0)  # two-sided clip: cap r at delta (0: off)
+    sapo_temperature_pos: Any = hp_field(1.0, gt=0)
+    sapo_temperature_neg: Any = hp_field(1.05, gt=0)
+    vespo_k_pos: Any = hp_field(2.0, ge=0)
+    vespo_lambda_pos: Any = hp_field(3.0, gt=0)
+    vespo_k_neg: Any = hp_field(3.0, ge=0)
+    vespo_lambda_neg: Any = hp_field(2.0, gt=0)
     temperature: Any = hp_field(1.0, gt=0)
     partial_credit: Any = hp_field(0.0, ge=0, le=1)
     max_grad_norm: Any = hp_field(1.0, gt=0)
@@ -100,6 +141,9 @@ class Batch(NamedTuple):
     seq_weight: jax.Array  # [B] 0 for sequences dropped by zero-variance masking, else 1
     old_logprobs: jax.Array  # [B, C] pi_old, recomputed by a full forward pass
     ref_logprobs: jax.Array  # [B, C] pi_ref
+    # [B] the whole batch's (weighted) completion-token count / num_minibatches, the same for
+    # every sequence: the normaliser of "batch_token_mean" (None: this batch's own count)
+    token_norm: jax.Array | None = None
 
 
 @flax.struct.dataclass
@@ -129,16 +173,26 @@ class GRPO(NamedTuple):
 
 
 def aggregate_loss(
-    per_token: jax.Array, mask: jax.Array, seq_weight: jax.Array, kind: str, max_len: int
+    per_token: jax.Array,
+    mask: jax.Array,
+    seq_weight: jax.Array,
+    kind: str,
+    max_len: int,
+    token_norm: jax.Array | None = None,
 ) -> jax.Array:
     """Reduce a per-token loss `[B, C]` to a scalar, ignoring padding (mask 0) exactly.
 
     With m_it = mask_it, w_i = seq_weight_i, |o_i| = sum_t m_it:
-      * seq_mean_token_mean (GRPO):  sum_i w_i (sum_t m_it l_it / |o_i|) / sum_i w_i
-      * token_mean (DAPO):            sum_i w_i sum_t m_it l_it / sum_i w_i |o_i|
-      * constant (Dr. GRPO):          sum_i w_i sum_t m_it l_it / (sum_i w_i * max_len)
-    The first weights a token by 1 / |o_i| (short sequences count more per token); the others
-    weight every token alike.
+      * seq_mean_token_mean (GRPO, SAPO):  sum_i w_i (sum_t m_it l_it / |o_i|) / sum_i w_i
+      * token_mean (BNPO):                 sum_i w_i sum_t m_it l_it / sum_i w_i |o_i|
+      * batch_token_mean (DAPO, CISPO, VESPO): sum_i w_i sum_t m_it l_it / token_norm, with
+        token_norm the whole batch's sum_i w_i |o_i| divided by the number of minibatches (TRL's
+        normaliser of a generation batch spread over optimizer steps); None: this batch's
+        sum_i w_i |o_i|, i.e. token_mean
+      * constant (Dr. GRPO):               sum_i w_i sum_t m_it l_it / (sum_i w_i * max_len)
+      * seq_mean_token_sum (LUSPO):        sum_i w_i sum_t m_it l_it / sum_i w_i
+    The first weights a token by 1 / |o_i| (short sequences count more per token); the token
+    means and the constant weight every token alike; the last weights a sequence by |o_i|.
     """
     chex.assert_equal_shape([per_token, mask])
     chex.assert_shape(seq_weight, per_token.shape[:1])
@@ -148,11 +202,145 @@ def aggregate_loss(
     if kind == "seq_mean_token_mean":
         per_seq = seq_sum / jnp.maximum(mask.sum(axis=1), 1.0)
         return jnp.sum(seq_weight * per_seq) / num_seqs
-    if kind == "token_mean":
+    if kind == "token_mean" or (kind == "batch_token_mean" and token_norm is None):
         return jnp.sum(seq_weight * seq_sum) / jnp.maximum(jnp.sum(seq_weight * mask.sum(1)), 1.0)
+    if kind == "batch_token_mean":
+        return jnp.sum(seq_weight * seq_sum) / jnp.maximum(jnp.mean(token_norm), 1.0)
     if kind == "constant":
         return jnp.sum(seq_weight * seq_sum) / (num_seqs * max_len)
+    if kind == "seq_mean_token_sum":
+        return jnp.sum(seq_weight * seq_sum) / num_seqs
     raise ValueError(f"unknown loss_agg {kind!r}; use one of {LOSS_AGGREGATIONS}")
+
+
+def importance_ratio(
+    logp: jax.Array, old_logp: jax.Array, mask: jax.Array, level: str
+) -> jax.Array:
+    """The importance ratio of every token `[B, C]` at `level`:
+
+    * token:          r_it = pi(y_it) / pi_old(y_it)
+    * sequence:       s_i = exp(sum_t m_it log r_it / |o_i|), the same for every token of
+                      sequence i (GSPO, Zheng et al. 2025, arXiv:2507.18071; TRL's "sequence")
+    * sequence_token: s_it = sg[s_i] * pi(y_it) / sg[pi(y_it)] (GSPO-token, same paper): the value
+                      of s_i, the gradient of a token ratio scaled by s_i. With one advantage
+                      per sequence and an aggregation weight c_i that is the same for every
+                      token of sequence i (all of `LOSS_AGGREGATIONS`), the clipped loss's
+                      gradient is the same as GSPO's, -c_i s_i A_i per unclipped token
+                      (d s_i / d log pi_it = s_i / |o_i|, summed over the |o_i| tokens).
+    """
+    chex.assert_equal_shape([logp, old_logp, mask])
+    log_ratio = jnp.where(mask > 0, logp - old_logp, 0.0)
+    if level == "token":
+        return jnp.exp(log_ratio)
+    seq = jnp.exp(log_ratio.sum(axis=1) / jnp.maximum(mask.sum(axis=1), 1.0))[:, None]
+    if level == "sequence":
+        return jnp.broadcast_to(seq, logp.shape)
+    if level == "sequence_token":
+        return jax.lax.stop_gradient(seq) * jnp.exp(logp - jax.lax.stop_gradient(logp))
+    raise ValueError(
+        f"unknown importance_sampling_level {level!r}; use one of {IMPORTANCE_SAMPLING_LEVELS}"
+    )
+
+
+def vespo_weight(
+    logp: jax.Array, old_logp: jax.Array, mask: jax.Array, adv: jax.Array, hp: LMHParams
+) -> jax.Array:
+    """VESPO's per-sequence weight phi(w_i) `[B, 1]` (detached) from the sequence importance
+    weight w_i = prod_t r_it (a sum of log-ratios, not GSPO's mean), with (k, lambda) by the sign
+    of A_i; TRL 1.16's clamps (log r_it to +-20, log w_i to [log 1e-8, 20]) kept."""
+    log_ratio = jnp.where(mask > 0, jnp.clip(logp - old_logp, -20.0, 20.0), 0.0)
+    log_w = jnp.clip(log_ratio.sum(axis=1, keepdims=True), math.log(1e-8), 20.0)
+    nonneg = adv[:, :1] >= 0
+    k = jnp.where(nonneg, hp.vespo_k_pos, hp.vespo_k_neg)
+    lam = jnp.maximum(jnp.where(nonneg, hp.vespo_lambda_pos, hp.vespo_lambda_neg), 1e-4)
+    return losses.gamma_weight(jax.lax.stop_gradient(log_w), k, lam)
+
+
+def policy_objective(
+    logp: jax.Array, ratio: jax.Array, adv: jax.Array, batch: Batch, hp: LMHParams, loss_type: str
+) -> tuple[jax.Array, dict]:
+    """The per-token objective J_it `[B, C]` (the loss is -J) of `loss_type`, and its own
+    metrics. `ratio` is the importance ratio at the configured level (`importance_ratio`),
+    `adv` the advantages broadcast to tokens; eps_l, eps_h = hp.clip_eps_low, hp.clip_eps_high.
+
+      * grpo, dr_grpo, dapo, bnpo, luspo: min(min(r, delta) A, clip(r, 1 - eps_l, 1 + eps_h) A),
+        PPO's clipped surrogate (GRPO, Shao et al. 2024, eq. 3), the cap at delta only if
+        hp.clip_delta > 0 (two-sided clipping, INTELLECT-2)
+      * cispo: sg(min(r, 1 + eps_h)) A log pi (MiniMax-M1, MiniMax 2025, arXiv:2506.13585).
+        TRL 1.16 caps at its `epsilon_high` itself (max=epsilon_high, recommended 5); where TRL
+        and the paper disagree we follow the paper: TRL's epsilon_high = 1 + our clip_eps_high
+      * sapo: 4 / tau sigmoid(tau (r - 1)) A, tau by the sign of A (SAPO, Qwen 2025)
+      * vespo: phi(w_i) A log pi with phi the Gamma weight of the sequence weight (VESPO,
+        arXiv:2602.10693; `vespo_weight`), independent of the importance sampling level
+    """
+    if loss_type in CLIP_LOSS_TYPES:
+        objective = losses.dual_clipped_surrogate(
+            ratio, adv, hp.clip_eps_low, hp.clip_eps_high, hp.clip_delta
+        )
+        capped = (hp.clip_delta > 0) & (ratio > hp.clip_delta) & (adv < 0)
+        return objective, {"grpo/delta_frac": masked_mean(capped, batch.mask)}
+    if loss_type == "cispo":
+        weight = losses.truncated_is_weight(ratio, 1.0 + hp.clip_eps_high)
+        objective = weight * jax.lax.stop_gradient(adv) * logp
+        truncated = ratio > 1.0 + hp.clip_eps_high
+        return objective, {"grpo/cispo_trunc_frac": masked_mean(truncated, batch.mask)}
+    if loss_type == "sapo":
+        objective = losses.soft_gate_surrogate(
+            ratio, adv, hp.sapo_temperature_pos, hp.sapo_temperature_neg
+        )
+        gate = jax.nn.sigmoid(
+            jnp.where(adv > 0, hp.sapo_temperature_pos, hp.sapo_temperature_neg) * (ratio - 1.0)
+        )
+        # the factor of A grad log pi: f'(r) r = 4 sigmoid (1 - sigmoid) r (1 on-policy)
+        return objective, {
+            "grpo/sapo_weight_mean": masked_mean(4 * gate * (1 - gate) * ratio, batch.mask)
+        }
+    if loss_type == "vespo":
+        phi = vespo_weight(logp, batch.old_logprobs, batch.mask, adv, hp)
+        objective = phi * jax.lax.stop_gradient(adv) * logp
+        return objective, {"grpo/vespo_phi_mean": masked_mean(phi.squeeze(1), batch.seq_weight)}
+    raise ValueError(f"unknown loss_type {loss_type!r}; use one of {tuple(LOSS_TYPES)}")
+
+
+def policy_loss(
+    logp: jax.Array, batch: Batch, hp: LMHParams, cfg: GRPOConfig
+) -> tuple[jax.Array, dict]:
+    """The GRPO-family loss of per-token log-probs `logp` `[B, C]` under the current policy
+    (a pure function of them, so it can be compared with TRL and differentiated on its own):
+
+      l_it = -J_it + beta * KL_it(pi_theta || pi_ref) [* ratio_it if cfg.kl_bias_correction]
+
+    J_it from `policy_objective` (by `cfg.loss_type`), the ratio from `importance_ratio` (by
+    `cfg.importance_sampling_level`), KL_it by `cfg.kl_estimator` (k3: TRL's), aggregated by
+    `cfg.loss_agg`, or by the loss type's own aggregation (`LOSS_TYPES`) when that is None.
+    The bias-corrected KL (TRL's `use_bias_correction_kl`, DeepSeek-V3.2) multiplies by the
+    ratio without stopping its gradient, as TRL does.
+    """
+    chex.assert_equal_shape([logp, batch.old_logprobs, batch.ref_logprobs, batch.mask])
+    adv = jnp.broadcast_to(batch.advantages[:, None], logp.shape)
+    ratio = importance_ratio(logp, batch.old_logprobs, batch.mask, cfg.importance_sampling_level)
+    objective, type_metrics = policy_objective(logp, ratio, adv, batch, hp, cfg.loss_type)
+    kl_ref = losses.kl_estimate(batch.ref_logprobs - logp, cfg.kl_estimator)  # KL(pi || pi_ref)
+    kl = kl_ref * ratio if cfg.kl_bias_correction else kl_ref
+    per_token = -objective + hp.kl_beta * kl
+    agg = LOSS_TYPES[cfg.loss_type] if cfg.loss_agg is None else cfg.loss_agg
+    loss = aggregate_loss(
+        per_token, batch.mask, batch.seq_weight, agg, cfg.max_new_tokens, batch.token_norm
+    )
+    mask = batch.mask
+    aux = {
+        # where PPO's clip cuts the gradient (it does for the clip family; for cispo, sapo and
+        # vespo the same measure of how far off-policy the ratios are)
+        "grpo/clip_frac_low": masked_mean((adv < 0) & (ratio < 1.0 - hp.clip_eps_low), mask),
+        "grpo/clip_frac_high": masked_mean((adv > 0) & (ratio > 1.0 + hp.clip_eps_high), mask),
+        "grpo/ratio_mean": masked_mean(ratio, mask),
+        **type_metrics,
+        "policy/kl_new_old_k3": masked_mean(
+            losses.kl_estimate(batch.old_logprobs - logp, "k3"), mask
+        ),
+        "policy/kl_ref": masked_mean(kl_ref, mask),
+    }
+    return loss, aux
 
 
 # ----------------------------------------------------------------------------- algorithm
@@ -180,29 +368,11 @@ def set_hyperparams(opt_state, **values):
 def grpo_loss(
     params, batch: Batch, hp: LMHParams, cfg: GRPOConfig, apply_fn
 ) -> tuple[jax.Array, dict]:
-    """Token-level clipped GRPO loss with a KL penalty, aggregated by `cfg.loss_agg`.
-
-    l_t = -min(r_t A, clip(r_t, 1 - eps_low, 1 + eps_high) A) + beta * KL_t(pi_theta || pi_ref)
-    """
+    """`policy_loss` of the log-probs that `apply_fn(params)` gives the batch's completion
+    tokens (at the sampling temperature)."""
     logits = completion_logits(apply_fn, params, batch.prompts, batch.tokens)
     logp, _ = token_logprobs(logits, batch.tokens, hp.temperature)
-    adv = jnp.broadcast_to(batch.advantages[:, None], logp.shape)
-    ratio = jnp.exp(logp - batch.old_logprobs)
-    objective = losses.clipped_surrogate(ratio, adv, hp.clip_eps_low, hp.clip_eps_high)
-    kl = losses.kl_estimate(batch.ref_logprobs - logp, cfg.kl_estimator)  # KL(pi || pi_ref)
-    per_token = -objective + hp.kl_beta * kl
-    loss = aggregate_loss(per_token, batch.mask, batch.seq_weight, cfg.loss_agg, cfg.max_new_tokens)
-    mask = batch.mask
-    aux = {
-        "grpo/clip_frac_low": masked_mean((adv < 0) & (ratio < 1.0 - hp.clip_eps_low), mask),
-        "grpo/clip_frac_high": masked_mean((adv > 0) & (ratio > 1.0 + hp.clip_eps_high), mask),
-        "grpo/ratio_mean": masked_mean(ratio, mask),
-        "policy/kl_new_old_k3": masked_mean(
-            losses.kl_estimate(batch.old_logprobs - logp, "k3"), mask
-        ),
-        "policy/kl_ref": masked_mean(kl, mask),
-    }
-    return loss, aux
+    return policy_loss(logp, batch, hp, cfg)
 
 
 def make_grpo(model_config: ModelConfig, task: Task, cfg: GRPOConfig) -> GRPO:
@@ -215,6 +385,14 @@ def make_grpo(model_config: ModelConfig, task: Task, cfg: GRPOConfig) -> GRPO:
         raise ValueError(f"num_prompts*group_size={batch_size} not divisible by num_minibatches")
     if cfg.max_new_tokens < task.answer_len + 1:
         raise ValueError(f"max_new_tokens must be >= {task.answer_len + 1} for {task.name}")
+    for name, value, allowed in (
+        ("loss_type", cfg.loss_type, tuple(LOSS_TYPES)),
+        ("importance_sampling_level", cfg.importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS),
+        ("loss_agg", cfg.loss_agg, (None, *LOSS_AGGREGATIONS)),
+        ("kl_estimator", cfg.kl_estimator, KL_ESTIMATORS),
+    ):
+        if value not in allowed:
+            raise ValueError(f"{name}: {value!r} is not one of {allowed}")
 
     def init(key: jax.Array, params, hp: LMHParams) -> GRPOState:
         opt_state = set_hyperparams(
@@ -250,14 +428,18 @@ def make_grpo(model_config: ModelConfig, task: Task, cfg: GRPOConfig) -> GRPO:
         old_logp, entropy = token_logprobs(old_logits, c.tokens, hp.temperature)
         ref_logits = completion_logits(apply_fn, ref_params, rollout.prompts, c.tokens)
         ref_logp, _ = token_logprobs(ref_logits, c.tokens, hp.temperature)
+        seq_weight = seq_weight.reshape(-1)
+        # every minibatch divides by its share of the whole batch's tokens (batch_token_mean)
+        tokens = jnp.sum(seq_weight * c.mask.sum(axis=1)) / cfg.num_minibatches
         batch = Batch(
             rollout.prompts,
             c.tokens,
             c.mask,
             adv.reshape(-1),
-            seq_weight.reshape(-1),
+            seq_weight,
             jax.lax.stop_gradient(old_logp),
             jax.lax.stop_gradient(ref_logp),
+            jnp.full(seq_weight.shape, tokens),
         )
         metrics = {
             "grpo/zero_std_frac": 1.0 - nonzero.mean(),
