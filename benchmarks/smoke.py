@@ -77,6 +77,12 @@ SMOKE = {
         [PY, "benchmarks/trpo_vs_sb3.py", "--steps", "2048", "--seeds", "1", "--no-sb3"],
         (),
     ),
+    "vine_vs_single_path.py": (
+        [PY, "benchmarks/vine_vs_single_path.py", "--tasks", "cartpole", "pendulum", "--seeds",
+         "1", "--figure", "{out}/vine.png", "--vine", "vine_states=8", "vine_horizon=4", "--",
+         "total_env_steps=3072", "num_envs=2", "num_steps=64"],
+        (),
+    ),
 }  # fmt: skip
 
 

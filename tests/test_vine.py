@@ -139,6 +139,8 @@ def test_the_branches_count_in_the_budget_and_bad_settings_are_refused():
         make_train(Config.create(algorithm="trpo", sampling="vine", env="Pendulum-v1"))
     with pytest.raises(ConfigError, match="memory"):
         make_train(config.replace(memory="gru"))
+    with pytest.raises(ConfigError, match="vine_horizon: read only with sampling: vine"):
+        Config.create(algorithm="trpo", vine_horizon=8)  # not silently ignored
 
 
 @pytest.mark.slow

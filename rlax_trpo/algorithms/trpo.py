@@ -23,7 +23,7 @@ from typing import Any, Literal, NamedTuple
 import flax.struct
 import jax
 import jax.numpy as jnp
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from rlax_trpo import losses, vine
 from rlax_trpo import trust_region as tr
@@ -61,6 +61,13 @@ class NPGFields(AdvantageFields, CriticFitterFields):
     vine_actions: int = Field(0, ge=0)
     vine_horizon: int = Field(32, gt=0)
     vine_bootstrap: bool = True
+
+    @model_validator(mode="after")
+    def _vine_fields_need_the_vine(self) -> NPGFields:
+        unread = sorted(k for k in self.model_fields_set if k.startswith("vine_"))
+        if unread and self.sampling != "vine":
+            raise ValueError(f"{unread[0]}: read only with sampling: vine")
+        return self
 
     @property
     def steps_per_iteration(self) -> int:
