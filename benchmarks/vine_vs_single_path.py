@@ -84,7 +84,7 @@ def plot(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(results), figsize=(4.5 * len(results), 3.4), squeeze=False)
-    for ax, (task, runs) in zip(axes[0], results.items()):
+    for ax, (task, runs) in zip(axes[0], results.items(), strict=True):
         for name, r in runs.items():
             x, y = np.asarray(r["curve_env_steps"]), np.asarray(r["curve_return"])
             ax.plot(x, y.mean(0), label=f"{name} ({r['final_return_mean']})")
