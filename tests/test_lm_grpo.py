@@ -1,20 +1,26 @@
-"""GRPO loss pieces worked out by hand, masking of padding, ratio 1 on the first epoch."""
+"""GRPO loss pieces worked out by hand, masking of padding, ratio 1 on the first epoch, and the
+loss types' identities that need no TRL (tests/test_lm_losses_trl.py compares them with TRL)."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from rlax_trpo import losses
 from rlax_trpo.config import config_from_dict as validate
+from rlax_trpo.config import load_config
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.lm import tasks
 from rlax_trpo.lm.grpo import (
+    LOSS_TYPES,
     Batch,
     GRPOConfig,
     LMHParams,
     aggregate_loss,
     grpo_loss,
+    importance_ratio,
     make_grpo,
+    policy_loss,
 )
 from rlax_trpo.lm.model import ModelConfig, Transformer, init_params
 from rlax_trpo.losses import kl_estimate as _kl
@@ -40,6 +46,13 @@ def test_seq_mean_token_mean_vs_token_mean_by_hand():
     assert float(aggregate_loss(PER_TOKEN, MASK, ONES, "token_mean", 3)) == pytest.approx(3.5)
     # constant (Dr. GRPO): (a+b+c+d) / (2 sequences * 3 budget) = 14 / 6
     assert float(aggregate_loss(PER_TOKEN, MASK, ONES, "constant", 3)) == pytest.approx(14 / 6)
+    # batch_token_mean (DAPO): (a+b+c+d) / the whole batch's tokens per minibatch, e.g. 7;
+    # without that count, this batch's own: token_mean
+    norm = jnp.full(2, 7.0)
+    assert float(aggregate_loss(PER_TOKEN, MASK, ONES, "batch_token_mean", 3, norm)) == 2.0
+    assert float(aggregate_loss(PER_TOKEN, MASK, ONES, "batch_token_mean", 3)) == 3.5
+    # seq_mean_token_sum (LUSPO): (a + (b+c+d)) / 2 = 7
+    assert float(aggregate_loss(PER_TOKEN, MASK, ONES, "seq_mean_token_sum", 3)) == 7.0
 
 
 def test_length_weighting_of_each_token():
@@ -57,6 +70,11 @@ def test_sequence_weight_drops_sequences_from_the_denominator():
     assert float(aggregate_loss(PER_TOKEN, MASK, w, "seq_mean_token_mean", 3)) == pytest.approx(4)
     assert float(aggregate_loss(PER_TOKEN, MASK, w, "token_mean", 3)) == pytest.approx(4)
     assert float(aggregate_loss(PER_TOKEN, MASK, w, "constant", 3)) == pytest.approx(4)
+    assert float(aggregate_loss(PER_TOKEN, MASK, w, "batch_token_mean", 3)) == pytest.approx(4)
+    # the whole batch's count (3 weighted tokens) comes from make_batch, the numerator is b+c+d
+    norm = jnp.full(2, 3.0)
+    assert float(aggregate_loss(PER_TOKEN, MASK, w, "batch_token_mean", 3, norm)) == 4.0
+    assert float(aggregate_loss(PER_TOKEN, MASK, w, "seq_mean_token_sum", 3)) == 12.0
 
 
 def test_kl_estimators_known_values():
@@ -99,12 +117,22 @@ def _batch(params, key):
     )
 
 
-@pytest.mark.parametrize("loss_agg", ["seq_mean_token_mean", "token_mean", "constant"])
-def test_padding_contributes_nothing_to_loss_or_kl(loss_agg):
+PADDING_CASES = [
+    {"loss_agg": "seq_mean_token_mean"},
+    {"loss_agg": "token_mean"},
+    {"loss_agg": "constant"},
+    {"loss_type": "vespo", "kl_bias_correction": True},
+    {"loss_type": "luspo", "importance_sampling_level": "sequence"},
+    {"loss_type": "cispo", "importance_sampling_level": "sequence_token"},
+]
+
+
+@pytest.mark.parametrize("fields", PADDING_CASES, ids=lambda f: "-".join(map(str, f.values())))
+def test_padding_contributes_nothing_to_loss_or_kl(fields):
     model = Transformer(MCFG)
     params = init_params(model, jax.random.key(0))
     batch = _batch(params, jax.random.key(1))
-    cfg = GCFG._replace(loss_agg=loss_agg)
+    cfg = GCFG._replace(**fields)
     hp = LMHParams(kl_beta=0.5)
     pad = batch.mask == 0
     garbage = batch._replace(
@@ -158,6 +186,17 @@ def test_config_errors_are_one_line_and_name_the_key():
         validate({**base, "hp": {"learning_rate": "abc"}})
     with pytest.raises(ConfigError, match=r"^loss_agg: "):
         validate({**base, "loss_agg": "mean"})
+    with pytest.raises(ConfigError, match=r"^loss_type: .*'grpo'.*'vespo'.*\(got 'ppo'\)"):
+        validate({**base, "loss_type": "ppo"})
+    with pytest.raises(ConfigError, match=r"^importance_sampling_level: "):
+        validate({**base, "importance_sampling_level": "seq"})
+    with pytest.raises(ConfigError, match=r"^hp.clip_delta: "):
+        validate({**base, "hp": {"clip_delta": -1.0}})
+    # an explicit loss_agg overrides the loss type's own; None leaves it
+    assert validate({**base, "loss_type": "dapo", "loss_agg": "constant"}).grpo_cfg().loss_agg == (
+        "constant"
+    )
+    assert validate({**base, "loss_type": "dapo"}).grpo_cfg().loss_agg is None
     with pytest.raises(ConfigError, match="num_minibatches"):
         validate({**base, "num_prompts": 3, "group_size": 3, "num_minibatches": 2})
     with pytest.raises(ConfigError, match="^bogus: unknown key"):
@@ -185,3 +224,157 @@ def test_kl_penalty_pulls_towards_the_reference():
     stepped = jax.tree.map(lambda p, g: p - 0.01 * g, params, grads)
     before, after = loss(params, 0.5)[1]["policy/kl_ref"], loss(stepped, 0.5)[1]["policy/kl_ref"]
     assert float(after) < 0.95 * float(before), (before, after)
+
+
+# ------------------------------------------------------------- the loss types (no TRL needed)
+
+
+def _loss_inputs(seed=0, b=8, c=5, spread=0.4):
+    """Per-token log-probs and a batch around them: ragged lengths 1..c, old log-probs a
+    noisy distance away (ratios on both sides of the clip range), advantages of both signs."""
+    k = jax.random.split(jax.random.key(seed), 5)
+    lengths = jnp.arange(b) % c + 1
+    mask = (jnp.arange(c)[None] < lengths[:, None]).astype(jnp.float32)
+    logp = -jax.random.uniform(k[0], (b, c), minval=0.2, maxval=3.0)
+    batch = Batch(
+        prompts=jnp.zeros((b, 1), jnp.int32),
+        tokens=jnp.zeros((b, c), jnp.int32),
+        mask=mask,
+        advantages=jax.random.normal(k[1], (b,)),
+        seq_weight=jnp.ones(b),
+        old_logprobs=logp + spread * jax.random.normal(k[2], (b, c)),
+        ref_logprobs=logp + spread * jax.random.normal(k[3], (b, c)),
+    )
+    return logp, batch
+
+
+def _old_loss(logp, batch, hp, cfg):
+    """The loss as it was before the loss types: token ratios, PPO's clip, the KL penalty."""
+    adv = jnp.broadcast_to(batch.advantages[:, None], logp.shape)
+    ratio = jnp.exp(logp - batch.old_logprobs)
+    objective = losses.clipped_surrogate(ratio, adv, hp.clip_eps_low, hp.clip_eps_high)
+    kl = losses.kl_estimate(batch.ref_logprobs - logp, cfg.kl_estimator)
+    per_token = -objective + hp.kl_beta * kl
+    agg = cfg.loss_agg or "seq_mean_token_mean"
+    return aggregate_loss(per_token, batch.mask, batch.seq_weight, agg, cfg.max_new_tokens)
+
+
+@pytest.mark.parametrize("loss_agg", [None, "seq_mean_token_mean", "token_mean", "constant"])
+def test_the_default_loss_type_is_the_old_loss_bit_for_bit(loss_agg):
+    logp, batch = _loss_inputs()
+    hp, cfg = LMHParams(kl_beta=0.3), GRPOConfig(max_new_tokens=5, loss_agg=loss_agg)
+    assert cfg.loss_type == "grpo" and cfg.importance_sampling_level == "token"
+    new = jax.value_and_grad(lambda lp: policy_loss(lp, batch, hp, cfg)[0])(logp)
+    old = jax.value_and_grad(lambda lp: _old_loss(lp, batch, hp, cfg))(logp)
+    assert float(new[0]) == float(old[0])
+    np.testing.assert_array_equal(new[1], old[1])
+    # the bundled configs: the default loss type with the aggregation they always had
+    for name in ("grpo_lm_max_digit", "grpo_lm_sort", "grpo_lm_add"):
+        gcfg = load_config(name).grpo_cfg()
+        assert (gcfg.loss_type, gcfg.importance_sampling_level) == ("grpo", "token")
+        assert gcfg.loss_agg in (None, LOSS_TYPES["grpo"]) and not gcfg.kl_bias_correction
+
+
+def _seq_ratio(logp, batch):
+    """GSPO's s_i = exp(mean over the sequence's tokens of log r_it), by hand."""
+    log_r = np.where(batch.mask > 0, np.asarray(logp - batch.old_logprobs), 0.0)
+    return np.exp(log_r.sum(1) / np.asarray(batch.mask).sum(1))
+
+
+def test_gspo_ratio_is_one_value_per_sequence_and_clipped_per_sequence():
+    logp, batch = _loss_inputs()
+    s = _seq_ratio(logp, batch)
+    ratio = importance_ratio(logp, batch.old_logprobs, batch.mask, "sequence")
+    np.testing.assert_allclose(ratio, np.broadcast_to(s[:, None], logp.shape), rtol=1e-6)
+    # the loss (grpo aggregation, beta 0): -mean_i min(s_i A_i, clip(s_i) A_i), and its
+    # gradient -s_i A_i / (B |o_i|) on every token of an unclipped sequence, 0 on a clipped one
+    hp = LMHParams(kl_beta=0.0, clip_eps_low=0.2, clip_eps_high=0.28)
+    cfg = GRPOConfig(max_new_tokens=5, importance_sampling_level="sequence")
+    adv = np.asarray(batch.advantages)
+    clipped = ((adv > 0) & (s > 1.28)) | ((adv < 0) & (s < 0.8))
+    assert clipped.any() and not clipped.all()
+    expected = -np.mean(np.minimum(s * adv, np.clip(s, 0.8, 1.28) * adv))
+    loss, grad = jax.value_and_grad(lambda lp: policy_loss(lp, batch, hp, cfg)[0])(logp)
+    assert float(loss) == pytest.approx(expected, rel=1e-6)
+    lengths = np.asarray(batch.mask).sum(1)
+    per_seq = np.where(clipped, 0.0, -s * adv / (len(s) * lengths))
+    np.testing.assert_allclose(grad, per_seq[:, None] * batch.mask, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_cispo_weight_carries_no_gradient(level):
+    """d loss / d log pi_it = -sg(min(r, 1 + eps_high)) A_i / (the batch's token count)."""
+    logp, batch = _loss_inputs()
+    hp = LMHParams(kl_beta=0.0, clip_eps_high=0.28)
+    cfg = GRPOConfig(max_new_tokens=5, loss_type="cispo", importance_sampling_level=level)
+    r = importance_ratio(logp, batch.old_logprobs, batch.mask, level)
+    truncated = np.asarray(r > 1.28)[np.asarray(batch.mask) > 0]
+    assert truncated.any() and not truncated.all()
+    grad = jax.grad(lambda lp: policy_loss(lp, batch, hp, cfg)[0])(logp)
+    w = jnp.minimum(r, 1.28)
+    expected = -w * batch.advantages[:, None] * batch.mask / batch.mask.sum()
+    np.testing.assert_allclose(grad, expected, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("loss_agg", [None, "token_mean", "seq_mean_token_sum"])
+def test_gspo_token_is_gspo_in_value_and_in_gradient(loss_agg):
+    """GSPO-token s_it = sg[s_i] pi_it / sg[pi_it]: the value of s_i, and with one advantage
+    per sequence the gradient of GSPO: -c_i s_i A_i on the tokens of an unclipped sequence,
+    with c_i the aggregation's weight of a token of sequence i (the same for all of them)."""
+    logp, batch = _loss_inputs(seed=1)
+    hp = LMHParams(kl_beta=0.0)
+    cfg = GRPOConfig(max_new_tokens=5, loss_agg=loss_agg)
+    seq_cfg = cfg._replace(importance_sampling_level="sequence")
+    tok_cfg = cfg._replace(importance_sampling_level="sequence_token")
+    s_it = importance_ratio(logp, batch.old_logprobs, batch.mask, "sequence_token")
+    s_i = importance_ratio(logp, batch.old_logprobs, batch.mask, "sequence")
+    np.testing.assert_allclose(s_it, s_i, rtol=1e-6)
+    seq = jax.value_and_grad(lambda lp: policy_loss(lp, batch, hp, seq_cfg)[0])(logp)
+    tok = jax.value_and_grad(lambda lp: policy_loss(lp, batch, hp, tok_cfg)[0])(logp)
+    assert float(tok[0]) == pytest.approx(float(seq[0]), rel=1e-6)
+    np.testing.assert_allclose(tok[1], seq[1], rtol=1e-5, atol=1e-8)
+    # the closed form: c_i = d aggregate / d l_it
+    agg = cfg.loss_agg or LOSS_TYPES["grpo"]
+    c = jax.grad(lambda x: aggregate_loss(x, batch.mask, batch.seq_weight, agg, 5))(logp)
+    s, adv = _seq_ratio(logp, batch), np.asarray(batch.advantages)
+    clipped = ((adv > 0) & (s > 1.28)) | ((adv < 0) & (s < 0.8))
+    assert clipped.any() and not clipped.all()
+    expected = np.where(clipped[:, None], 0.0, -c * (s * adv)[:, None])
+    np.testing.assert_allclose(tok[1], expected, rtol=1e-5, atol=1e-8)
+    # KL and its bias correction: the same value too
+    kl_hp = LMHParams(kl_beta=0.3)
+    corr = [cfg_._replace(kl_bias_correction=True) for cfg_ in (seq_cfg, tok_cfg)]
+    values = [float(policy_loss(logp, batch, kl_hp, c_)[0]) for c_ in corr]
+    assert values[1] == pytest.approx(values[0], rel=1e-6)
+
+
+def test_a_short_run_of_another_loss_type_stays_finite():
+    """Two iterations of a `grpo_lm` configuration with CISPO on GSPO's sequence ratio, the
+    bias-corrected KL and two minibatches (the batch-token normaliser): finite throughout."""
+    config = validate(
+        {
+            "algorithm": "grpo_lm",
+            "task": "max_digit",
+            "num_digits": 3,
+            "model": {"num_layers": 1, "d_model": 16, "num_heads": 2},
+            "num_prompts": 4,
+            "group_size": 4,
+            "num_minibatches": 2,
+            "loss_type": "cispo",
+            "importance_sampling_level": "sequence",
+            "kl_bias_correction": True,
+            "hp": {"learning_rate": 1e-2, "partial_credit": 0.5, "kl_beta": 0.1},
+        }
+    )
+    grpo = make_grpo(config.model_cfg(), config.make_task(), config.grpo_cfg())
+    params = init_params(Transformer(config.model_cfg()), jax.random.key(0))
+    state = grpo.init(jax.random.key(1), params, config.hp)
+    step = jax.jit(grpo.iteration)
+    for _ in range(2):
+        state, m = step(state, config.hp)
+        assert all(np.isfinite(float(v)) for v in m.values()), m
+    assert "grpo/cispo_trunc_frac" in m and float(m["grpo/ratio_first"]) == pytest.approx(1.0)
+    assert float(m["grpo/zero_std_frac"]) < 1.0  # some groups had a gradient
+    assert all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(state.params))
+    changed = jax.tree.map(lambda a, b: bool(jnp.any(a != b)), params, state.params)
+    assert any(jax.tree.leaves(changed))
