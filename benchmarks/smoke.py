@@ -48,6 +48,11 @@ SMOKE = {
         (),
     ),
     "gpu_wheels.sh": (["bash", "-n", "benchmarks/gpu_wheels.sh"], ()),  # syntax only: it downloads
+    "grpo_lm_losses.py": (
+        [PY, "benchmarks/grpo_lm_losses.py", "--tasks", "max_digit", "--variants", "grpo", "cispo",
+         "gspo", "--seeds", "1", "num_iterations=2", "num_prompts=4", "group_size=4"],
+        (),
+    ),
     "grpo_lm.py": (
         [PY, "benchmarks/grpo_lm.py", "--config", "configs/grpo_lm_max_digit.yaml", "--repeats",
          "1", "num_prompts=4", "group_size=4"],
