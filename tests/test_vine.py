@@ -141,6 +141,8 @@ def test_the_branches_count_in_the_budget_and_bad_settings_are_refused():
         make_train(config.replace(memory="gru"))
     with pytest.raises(ConfigError, match="vine_horizon: read only with sampling: vine"):
         Config.create(algorithm="trpo", vine_horizon=8)  # not silently ignored
+    single = Config.create(algorithm="trpo")  # a saved config holds the defaults: it reloads
+    assert Config.create(**single.to_dict()).to_dict() == single.to_dict()
 
 
 @pytest.mark.slow

@@ -64,7 +64,12 @@ class NPGFields(AdvantageFields, CriticFitterFields):
 
     @model_validator(mode="after")
     def _vine_fields_need_the_vine(self) -> NPGFields:
-        unread = sorted(k for k in self.model_fields_set if k.startswith("vine_"))
+        # a changed vine_* value without the vine is refused; defaults (as every saved
+        # config.yaml holds them) are not
+        fields = type(self).model_fields
+        unread = sorted(
+            k for k in fields if k.startswith("vine_") and getattr(self, k) != fields[k].default
+        )
         if unread and self.sampling != "vine":
             raise ValueError(f"{unread[0]}: read only with sampling: vine")
         return self
