@@ -149,7 +149,7 @@ def test_the_branches_count_in_the_budget_and_bad_settings_are_refused():
 def test_vine_trpo_learns_cartpole():
     config = load_config(
         "trpo_cartpole",
-        ["sampling=vine", "vine_states=64", "vine_horizon=32", "total_env_steps=60000"],
+        ["sampling=vine", "vine_states=32", "vine_horizon=16", "total_env_steps=40960"],
     )
     _, metrics = jax.jit(make_train(config))(jax.random.PRNGKey(0), config.hp)
     returns = np.asarray(metrics["episode/return"])
