@@ -151,16 +151,21 @@ def _flat(observation):
 
 @needs["mujoco_playground"]
 def test_episode_counts_through_the_training_loop():
-    """CartpoleBalance never terminates: with a 25-step limit, every episode that ends in
-    the metrics is 25 steps long, and 8 envs x 100 steps end exactly 32 of them."""
+    """Probe-timelimit never terminates and is truncated at 8 steps: every episode that ends
+    in the metrics is 8 steps long, and 8 envs x 100 steps end 96 of them in the first
+    iteration (12 each) and 104 in the second (the 4 steps carried over complete one more
+    each). A suite's own truncation is checked per suite below (Playground, Brax)."""
+    from probe_envs import register_probes
+
+    register_probes()
     config = Config.create(
-        algorithm="ppo", env="playground/CartpoleBalance", env_kwargs={"episode_length": 25},
-        num_envs=8, num_steps=100, total_env_steps=1600, num_epochs=1, num_minibatches=1,
+        algorithm="ppo", env="Probe-timelimit", num_envs=8, num_steps=100, total_env_steps=1600,
+        num_epochs=1, num_minibatches=1, hidden_sizes=[8],
     )  # fmt: skip
     trainer = make_trainer(config)
     _, metrics = jax.jit(trainer.train)(jax.random.key(0), config.hp)
-    np.testing.assert_array_equal(np.asarray(metrics["episode/count"]), [32, 32])
-    np.testing.assert_allclose(np.asarray(metrics["episode/length"]), [25, 25])
+    np.testing.assert_array_equal(np.asarray(metrics["episode/count"]), [96, 104])
+    np.testing.assert_allclose(np.asarray(metrics["episode/length"]), [8, 8])
 
 
 def test_a_suite_that_is_not_installed_says_which_extra(monkeypatch):

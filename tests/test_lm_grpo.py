@@ -121,9 +121,7 @@ PADDING_CASES = [
     {"loss_agg": "seq_mean_token_mean"},
     {"loss_agg": "token_mean"},
     {"loss_agg": "constant"},
-    {"loss_type": "vespo", "kl_bias_correction": True},
-    {"loss_type": "luspo", "importance_sampling_level": "sequence"},
-    {"loss_type": "cispo", "importance_sampling_level": "sequence_token"},
+    {"loss_type": "vespo", "kl_bias_correction": True, "importance_sampling_level": "sequence"},
 ]
 
 

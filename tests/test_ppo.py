@@ -33,9 +33,9 @@ def test_first_minibatch_ratio_is_one(extra):
 
 
 def test_jit_equals_no_jit():
-    # Small: without jit every op is dispatched one by one (two iterations, both minibatches).
+    # Small: without jit every op is dispatched one by one (one iteration, both minibatches).
     config = Config.create(
-        **{**SMALL, "num_envs": 2, "num_steps": 4, "total_env_steps": 2 * 4 * 2, "num_epochs": 1}
+        **{**SMALL, "num_envs": 2, "num_steps": 4, "total_env_steps": 2 * 4, "num_epochs": 1}
     )
     train = make_train(config)
     key = jax.random.key(3)
