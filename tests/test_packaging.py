@@ -53,7 +53,10 @@ def test_bundled_configs_are_the_checkouts_configs_and_the_default():
     assert load_config("ppo_cartpole").to_dict() == Config.create().to_dict()
 
 
-def test_the_command_trains_and_evaluates_from_an_empty_directory(tmp_path):
+def test_the_command_finds_its_configs_from_an_empty_directory(tmp_path):
+    # Training and evaluating with the installed command from an empty directory is .ci/run's
+    # wheel check (a fresh virtual environment, the built wheel); here the console command of
+    # this install lists the bundled configs and names a mistyped one in one line.
     assert COMMAND is not None, "the install did not create the rlax-trpo console command"
 
     def rlax_trpo(*args):
@@ -61,13 +64,6 @@ def test_the_command_trains_and_evaluates_from_an_empty_directory(tmp_path):
 
     listed = rlax_trpo("configs")
     assert listed.returncode == 0 and "trpo_cartpole" in listed.stdout
-    trained = rlax_trpo("train", "--config", "ppo_cartpole", "total_env_steps=4096", "--out",
-                        "run", "--no-progress")  # fmt: skip
-    assert trained.returncode == 0, trained.stderr[-2000:]
-    assert (tmp_path / "run" / "summary.json").is_file()
-    evaluated = rlax_trpo("eval", "--run", "run", "--episodes", "2")
-    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
-    assert "greedy:" in evaluated.stdout
     unknown = rlax_trpo("train", "--config", "ppo_cartpol")
     assert unknown.returncode == 2
     assert unknown.stderr.startswith("error: config 'ppo_cartpol' is neither a file nor")
