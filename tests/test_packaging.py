@@ -64,6 +64,8 @@ def test_the_command_finds_its_configs_from_an_empty_directory(tmp_path):
 
     listed = rlax_trpo("configs")
     assert listed.returncode == 0 and "trpo_cartpole" in listed.stdout
+    shown = rlax_trpo("configs", "--show", "trpo_cartpole")  # found by name, not as a file
+    assert shown.returncode == 0 and "algorithm: trpo" in shown.stdout, shown.stderr[-2000:]
     unknown = rlax_trpo("train", "--config", "ppo_cartpol")
     assert unknown.returncode == 2
     assert unknown.stderr.startswith("error: config 'ppo_cartpol' is neither a file nor")

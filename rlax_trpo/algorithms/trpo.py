@@ -173,7 +173,7 @@ def trust_region_step(
     region of `batch_kl` (theta -> mean KL(pi_old || pi_theta)), the Fisher matrix being the
     Hessian of `fisher_kl`: CG, the scaled step, then (TRPO) the backtracking line search or
     (NPG) the step as it is. Any estimator of L fits: the single path's importance-sampled
-    surrogate (`surrogate_fn`) or the vine's (`rlax_trpo.algorithms.vine`)."""
+    surrogate (`surrogate_fn`) or the vine's (`rlax_trpo.vine`)."""
     surrogate_old, grad = jax.value_and_grad(surrogate)(policy_params)
     nat = tr.natural_step(
         fisher_kl,
