@@ -40,14 +40,21 @@ def clipped_surrogate(
     advantages: jax.Array,
     clip_eps_low: jax.Array | float,
     clip_eps_high: jax.Array | float | None = None,
+    delta: jax.Array | float | None = None,
 ) -> jax.Array:
     """Per-element clipped objective min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)
     (Schulman 2017, eq. 7), advantages stop-gradiented; `clip_eps_high` defaults to
-    `clip_eps_low` (symmetric PPO), DAPO (Yu et al. 2025) decouples them."""
+    `clip_eps_low` (symmetric PPO), DAPO (Yu et al. 2025) decouples them. With `delta` > 0 the
+    unclipped ratio is also capped, min(min(r, delta) A, clip(r) A), so a negative advantage
+    cannot push a ratio far above 1 without bound (two-sided clipping, INTELLECT-2, Prime
+    Intellect 2025; TRL's `delta`); `delta` <= 0 or None is the plain objective. Useful values
+    lie above 1 + eps_high (below it the cap also bites for A > 0)."""
     chex.assert_equal_shape([ratios, advantages])
     high = clip_eps_low if clip_eps_high is None else clip_eps_high
     advantages = jax.lax.stop_gradient(advantages)
     clipped = jnp.clip(ratios, 1.0 - clip_eps_low, 1.0 + high)
+    if delta is not None:
+        ratios = jnp.where(delta > 0, jnp.minimum(ratios, delta), ratios)
     return jnp.minimum(ratios * advantages, clipped * advantages)
 
 
@@ -112,26 +119,6 @@ def value_loss(
         clipped = old_values + jnp.clip(values - old_values, -clip_eps, clip_eps)
         loss = jnp.maximum(loss, (clipped - targets) ** 2)
     return 0.5 * masked_mean(loss, mask)
-
-
-def dual_clipped_surrogate(
-    ratios: jax.Array,
-    advantages: jax.Array,
-    clip_eps_low: jax.Array | float,
-    clip_eps_high: jax.Array | float,
-    delta: jax.Array | float,
-) -> jax.Array:
-    """Per-element min(min(r, delta) A, clip(r, 1 - eps_low, 1 + eps_high) A), advantages
-    stop-gradiented: the clipped surrogate whose unclipped ratio is also capped at `delta`, so a
-    negative advantage cannot push a ratio that has run far above 1 without bound (two-sided
-    clipping, INTELLECT-2, Prime Intellect 2025; TRL's `delta`). `delta <= 0` turns the cap off
-    and the result is `clipped_surrogate(ratios, advantages, clip_eps_low, clip_eps_high)`
-    exactly. Useful values lie above 1 + eps_high (below it the cap also bites for A > 0)."""
-    chex.assert_equal_shape([ratios, advantages])
-    advantages = jax.lax.stop_gradient(advantages)
-    capped = jnp.where(delta > 0, jnp.minimum(ratios, delta), ratios)
-    clipped = jnp.clip(ratios, 1.0 - clip_eps_low, 1.0 + clip_eps_high)
-    return jnp.minimum(capped * advantages, clipped * advantages)
 
 
 def soft_gate_surrogate(

@@ -148,7 +148,7 @@ def policy_objective(
         arXiv:2602.10693; `vespo_weight`), independent of the importance sampling level
     """
     if loss_type in CLIP_LOSS_TYPES:
-        objective = losses.dual_clipped_surrogate(
+        objective = losses.clipped_surrogate(
             ratio, adv, hp.clip_eps_low, hp.clip_eps_high, hp.clip_delta
         )
         capped = (hp.clip_delta > 0) & (ratio > hp.clip_delta) & (adv < 0)
