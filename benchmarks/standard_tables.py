@@ -1,0 +1,127 @@
+#!/usr/bin/env python
+"""The standard tables at their published budgets: MinAtar at 1e7 env steps, Craftax-1M.
+
+Each (algorithm, task) cell is one `train.py` run of `--seeds` vmapped seeds, written in
+chunks (`--chunk-iterations`) so that a killed run continues where it stopped: run this
+script again and every cell that is finished is skipped, every cell that was cut off is
+resumed (`--resume`), the rest start. A finished cell's `summary.json` is copied, with the
+command, date, machine and jax version, to `--results` (default
+`benchmarks/results/<table>/<algorithm>_<task>.json`); its run folder (checkpoints, curves)
+stays under `--runs`. `rlax-trpo report` turns those files into the tables and figures.
+
+    python benchmarks/standard_tables.py minatar                      # 4 games x PPO, TRPO
+    python benchmarks/standard_tables.py minatar --algos ppo --games Breakout-MinAtar
+    python benchmarks/standard_tables.py craftax --seeds 4
+    python benchmarks/standard_tables.py minatar --budget 65536 --runs /tmp/t --results /tmp/r
+
+Published anchors (docs/results.md): gymnax-blines' PPO at 1e7 (Breakout 28, SpaceInvaders
+131, Asterix 15, Freeway 58), PureJaxRL's Breakout about 40; the Craftax scoreboard's
+Craftax-1M PPO 2.2% and PPO-RNN 2.3% of the maximum score.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# table -> (config per algorithm, tasks)
+TABLES = {
+    "minatar": (
+        {"ppo": "configs/ppo_minatar.yaml", "trpo": "configs/trpo_minatar.yaml"},
+        ["Breakout-MinAtar", "SpaceInvaders-MinAtar", "Asterix-MinAtar", "Freeway-MinAtar"],
+    ),
+    "craftax": (
+        {"ppo": "configs/ppo_craftax.yaml", "trpo": "configs/trpo_craftax.yaml"},
+        ["craftax/Craftax-Symbolic-v1"],
+    ),
+}
+
+
+def cell_name(algo: str, task: str) -> str:
+    return f"{algo}_{task.split('/')[-1]}"
+
+
+def run_cell(args: argparse.Namespace, config: str, algo: str, task: str) -> str:
+    """Train (or resume) one cell and publish its summary; returns what happened."""
+    name = cell_name(algo, task)
+    result = args.results / f"{name}.json"
+    run_dir = args.runs / name
+    if result.exists() and not args.budget:
+        return "done before"
+    overrides = [f"env={task}", *args.overrides]
+    if args.budget:
+        overrides.append(f"total_env_steps={args.budget}")
+    cmd = [sys.executable, str(ROOT / "train.py"), "--config", str(ROOT / config),
+           "--seeds", str(args.seeds), "--no-progress", *overrides]  # fmt: skip
+    if (run_dir / "config.yaml").exists():
+        cmd += ["--resume", str(run_dir)]
+    else:
+        cmd += ["--out", str(run_dir)]
+    if args.chunk_iterations:
+        cmd += ["--chunk-iterations", str(args.chunk_iterations)]
+    start = time.time()
+    proc = subprocess.run(cmd, cwd=ROOT)
+    if proc.returncode != 0 or not (run_dir / "summary.json").exists():
+        return f"failed (exit {proc.returncode}); run again to resume {run_dir}"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    if summary.get("iterations_done") != summary.get("num_iterations"):
+        return f"unfinished ({summary.get('iterations_done')} iterations); run again"
+    import jax
+
+    published = {
+        "benchmark": f"standard_tables/{args.table}",
+        "date": datetime.date.today().isoformat(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "jax": jax.__version__,
+        "command": " ".join(["python", "train.py", *cmd[2:]]).replace(str(ROOT) + "/", ""),
+        "task": task,
+        "score": "final_return_per_seed: mean training-episode return over the last 10% of "
+        "iterations, one per seed",
+        "summary": summary,
+    }
+    args.results.mkdir(parents=True, exist_ok=True)
+    tmp = result.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(published, indent=1) + "\n")
+    os.replace(tmp, result)
+    return f"finished in {time.time() - start:.0f} s: {summary['final_return_per_seed']}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("table", choices=sorted(TABLES))
+    p.add_argument("--algos", nargs="+", help="default: every algorithm of the table")
+    p.add_argument("--games", nargs="+", help="tasks (default: every task of the table)")
+    p.add_argument("--seeds", type=int, default=4)
+    p.add_argument("--chunk-iterations", type=int, default=100)
+    p.add_argument("--budget", type=int, help="env steps per seed instead of the config's "
+                   "(a smoke run: results are rewritten every time)")  # fmt: skip
+    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "standard_tables")
+    p.add_argument("--results", type=Path, help="default: benchmarks/results/<table>")
+    p.add_argument("overrides", nargs="*", metavar="key=value")
+    args = p.parse_args(argv)
+    configs, tasks = TABLES[args.table]
+    args.results = args.results or ROOT / "benchmarks" / "results" / args.table
+    args.runs = args.runs / args.table
+    unknown = [a for a in args.algos or [] if a not in configs]
+    if unknown:
+        p.error(f"--algos: {unknown[0]} is not in the {args.table} table ({', '.join(configs)})")
+    failed = 0
+    for algo in args.algos or list(configs):
+        for task in args.games or tasks:
+            outcome = run_cell(args, configs[algo], algo, task)
+            failed += outcome.startswith(("failed", "unfinished"))
+            print(f"{cell_name(algo, task)}: {outcome}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
