@@ -1,10 +1,11 @@
-"""The command line: `rlax-trpo train | eval | configs` (and `python train.py` in a checkout).
+"""The command line: `rlax-trpo train | eval | configs | report` (`python train.py` too).
 
 `rlax-trpo train` with no arguments trains PPO on CartPole-v1 (the embedded default, about
 a minute on a 2-core CPU). Every seed runs inside one compiled, vmapped call
 (`rlax_trpo.experiment.run`). The run folder gets `config.yaml`, `metrics.csv`,
 `summary.json`, `learning_curve.png` and `checkpoint/`. `rlax-trpo eval --run DIR`
-evaluates a finished run with `rlax_trpo.load_policy`.
+evaluates a finished run with `rlax_trpo.load_policy`. `rlax-trpo report PATH ...` computes
+rliable's statistics over finished runs (`rlax_trpo.aggregate`).
 
 Bad input prints one line naming the problem and exits with status 2, writing nothing.
 Nothing here imports JAX at module level: `rlax_trpo.platform.setup_cpu` runs first.
@@ -77,12 +78,9 @@ def train_main(argv: list[str], prog: str = "rlax-trpo train") -> int:
     from rlax_trpo.platform import setup_cpu
 
     args = build_parser(prog).parse_intermixed_args(argv)
-    for flag, value in (
-        ("--devices", args.devices),
-        ("--num-processes", args.num_processes),
-        ("--log-every", args.log_every),
-        ("--peer-timeout", args.peer_timeout),
-    ):
+    flags = {"--devices": args.devices, "--num-processes": args.num_processes,
+             "--log-every": args.log_every, "--peer-timeout": args.peer_timeout}  # fmt: skip
+    for flag, value in flags.items():
         if value is not None and value < 1:
             raise UsageError(f"{flag}: must be a positive integer (got {value})")
     if args.seed is not None and not 0 <= args.seed < 2**63:
@@ -204,14 +202,8 @@ def build_configs_parser(prog: str = "rlax-trpo configs") -> argparse.ArgumentPa
     add("--show", metavar="NAME", help="print every field of a config (a bundled name, a YAML "
         "file, or 'default' for the default run) with its value and where it came from: "
         "the file, an override or the default")  # fmt: skip
-    add(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="import a module of yours first (its algorithms and environments)",
-    )
+    add("--import", dest="imports", action="append", default=[], metavar="MODULE",
+        help="import a module of yours first (its algorithms and environments)")  # fmt: skip
     add("overrides", nargs="*", metavar="key=value", help="overrides, with --show")
     return p
 
@@ -277,10 +269,34 @@ def _config_sources(name: str, overrides: list[str], imports: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def build_report_parser(prog: str = "rlax-trpo report") -> argparse.ArgumentParser:
+    p = _Parser(prog=prog, description="Statistics over finished runs as rliable computes them, "
+                "written to report.md, report.json and figures.")  # fmt: skip
+    add = p.add_argument
+    add("paths", nargs="+", type=Path, metavar="PATH", help="a run folder, a JSON published by "
+        "benchmarks/standard_tables.py, or a folder of either")  # fmt: skip
+    add("--out", type=Path, default=Path("report"), metavar="DIR", help="default: report/")
+    add("--range", dest="ranges", action="append", default=[], metavar="TASK=LO,HI",
+        help="a task's normalisation range, repeatable (default: its scores' range)")  # fmt: skip
+    add("--anchors", type=Path, metavar="FILE.yaml", help="published scores, label: {task: score}")
+    add("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    add("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    add("--title", help="the report's title")
+    return p
+
+
+def report_main(argv: list[str], prog: str = "rlax-trpo report") -> int:
+    """`report PATH [PATH ...] [options]`; the exit status (2: bad input, or no rliable)."""
+    from rlax_trpo.aggregate_plots import report_command
+
+    return report_command(build_report_parser(prog).parse_intermixed_args(argv), prog)
+
+
 COMMANDS = {
     "train": "train a population of seeds x settings and write its run folder (the default)",
     "eval": "evaluate a finished run folder: greedy and sampling returns, a GIF",
     "configs": "list the bundled configurations; --show NAME prints one whole",
+    "report": "statistics over finished runs (rliable): tables, intervals, figures",
 }
 
 
@@ -290,6 +306,7 @@ def main_help(prog: str = "rlax-trpo") -> str:
         f"usage: {prog} [train] [options] [key=value ...]",
         f"       {prog} eval --run DIR [options]",
         f"       {prog} configs [--show NAME [key=value ...]]",
+        f"       {prog} report PATH [PATH ...] [--out DIR] [options]",
         "",
         "Policy optimisation (VPG, NPG, TRPO, PPO, GRPO) compiled end to end in JAX.",
         "",
@@ -303,7 +320,7 @@ def main_help(prog: str = "rlax-trpo") -> str:
 
 
 def main(argv: list[str] | None = None, prog: str = "rlax-trpo") -> int:
-    """`rlax-trpo [train] ...`, `rlax-trpo eval ...`, `rlax-trpo configs`; the exit status."""
+    """`rlax-trpo [train] ...`, `eval ...`, `configs ...`, `report ...`; the exit status."""
     from rlax_trpo.errors import ConfigError, RunFailed
 
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -312,13 +329,11 @@ def main(argv: list[str] | None = None, prog: str = "rlax-trpo") -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(main_help(f"python {prog}" if prog.endswith(".py") else prog), end="")
         return 0
-    command, rest = (argv[0], argv[1:]) if argv[:1] in (["train"], ["eval"], ["configs"]) else (
-        "train", argv)  # fmt: skip
+    command, rest = (argv[0], argv[1:]) if argv[:1] and argv[0] in COMMANDS else ("train", argv)
+    mains = {"eval": eval_main, "configs": configs_main, "report": report_main}
     try:
-        if command == "eval":
-            return eval_main(rest, f"{prog} eval")
-        if command == "configs":
-            return configs_main(rest, f"{prog} configs")
+        if command in mains:
+            return mains[command](rest, f"{prog} {command}")
         return train_main(rest, f"{prog} train" if prog == "rlax-trpo" else prog)
     except (UsageError, ConfigError) as err:
         return _failed(err, 2)

@@ -136,6 +136,10 @@ class ControlFields(RunFields):
     num_envs: int = Field(8, gt=0)
     num_steps: int = Field(32, gt=0)
     total_env_steps: int = Field(200_000, gt=0, le=10**12)
+    # Reset finished environments from a pool of num_envs / reset_ratio fresh states per step
+    # (`rlax_trpo.rollout.pooled_step`); 1 = every environment resets on its own. For suites
+    # whose reset costs many steps (Craftax, Jumanji's Maze).
+    reset_ratio: int = Field(1, ge=1)
     # Environment wrappers.
     normalize_obs: bool = False
     normalize_reward: bool = False
@@ -155,6 +159,10 @@ class ControlFields(RunFields):
             raise ValueError(
                 f"total_env_steps: {self.total_env_steps} is less than one iteration "
                 f"(num_envs x num_steps = {self.batch_size})"
+            )
+        if self.num_envs % self.reset_ratio:
+            raise ValueError(
+                f"reset_ratio: {self.reset_ratio} does not divide num_envs = {self.num_envs}"
             )
         return self
 

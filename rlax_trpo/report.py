@@ -118,6 +118,11 @@ def return_summary(
         "eval_episodes_per_seed": int(evals.shape[1]),
         "interval_note": members[chosen]["interval_note"],
     }
+    figures = stats.episode_figure_names(metrics)
+    if figures:  # the environment's own episode figures, e.g. Craftax's score and achievements
+        summary["final_episode_figures_per_seed"] = {
+            name: stats.final_returns(metrics, name=name)[rows].tolist() for name in figures
+        }
     if sweep.names:
         summary["returns_of"] = "best setting"
     summary["members"] = members

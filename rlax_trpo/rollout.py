@@ -35,6 +35,9 @@ class RolloutResult(NamedTuple):
     finished_length: jax.Array  # `[T, B]`
     done: jax.Array  # `[T, B]` the episode ends that count (terminated | truncated)
     env_states: Any = None  # with `keep_states`: the state each step started from, `[T, B]`
+    # The environment's episode figures (`StepResult.info`) summed over the episodes that
+    # finished in this rollout, name -> scalar; None for environments without any.
+    episode_info: Any = None
 
 
 # `collect(env, policy, carry, key, num_steps) -> RolloutResult`; an algorithm may bring its
@@ -45,6 +48,42 @@ Collect = Callable[[Env, PolicyFn, EnvCarry, jax.Array, int], RolloutResult]
 def reset_envs(env: Env, key: jax.Array, num_envs: int) -> tuple[jax.Array, Any]:
     """Batched reset: `[B, ...]` observations and states."""
     return jax.vmap(env.reset)(jax.random.split(key, num_envs))
+
+
+def pooled_step(env: Env, num_envs: int, reset_ratio: int) -> Callable[..., Any]:
+    """A batched step that resets finished environments from a pool of fresh states.
+
+    `step(key, states, actions) -> StepResult` over `[num_envs]` environments: every
+    environment takes `env.transition` (no reset); `num_envs // reset_ratio` fresh states are
+    drawn with `env.reset`, and the environments whose episode ended take them, in a random
+    rotation of the pool: the first `pool` to end get distinct fresh states, and should more
+    end in the same step, they share some (each still a fresh reset, drawn independently of
+    which environment takes it, so a new episode starts from the reset distribution). The
+    reset runs on `1 / reset_ratio` of the width instead of all of it, which is what makes
+    this cheaper where a reset costs many steps: the "optimistic resets" of Craftax's
+    baselines (Matthews et al. 2024).
+    """
+    if env.transition is None:
+        raise ValueError(f"{env.name} has no transition without reset (Env.transition)")
+    pool = num_envs // reset_ratio
+    transition = jax.vmap(env.transition)
+    reset = jax.vmap(env.reset)
+
+    def step(key: jax.Array, state: Any, action: jax.Array):
+        k_step, k_pool, k_turn = jax.random.split(key, 3)
+        res = transition(jax.random.split(k_step, num_envs), state, action)
+        done = jnp.logical_or(res.terminated, res.truncated)
+        fresh_obs, fresh_state = reset(jax.random.split(k_pool, pool))
+        slot = (jnp.cumsum(done) - 1 + jax.random.randint(k_turn, (), 0, pool)) % pool
+
+        def pick(fresh, old):
+            new = fresh[slot]
+            return jnp.where(done.reshape(done.shape + (1,) * (old.ndim - 1)), new, old)
+
+        obs = pick(fresh_obs, res.obs)
+        return res._replace(obs=obs, state=jax.tree.map(pick, fresh_state, res.state))
+
+    return step
 
 
 def fresh_episodes(num_envs: int) -> EpisodeStats:
@@ -59,16 +98,23 @@ def collect(
     key: jax.Array,
     num_steps: int,
     keep_states: bool = False,
+    reset_ratio: int = 1,
 ) -> RolloutResult:
     """Run the sampling policy for `num_steps` steps in every environment.
 
     The trajectory stores raw observations; `policy` applies whatever transform it acts with
     (e.g. running normalisation with frozen statistics), and the learner applies the very same
     transform, so it recovers the rollout log-probabilities exactly. With `keep_states` the
-    result also holds every step's environment state (to restore it: the vine).
+    result also holds every step's environment state (to restore it: the vine). With
+    `reset_ratio > 1` finished environments restart from a pool of `num_envs / reset_ratio`
+    fresh states per step (`pooled_step`) instead of each resetting on its own.
     """
     num_envs = carry.obs.shape[0]
-    step_env = jax.vmap(env.step)
+    if reset_ratio > 1:
+        step_env = pooled_step(env, num_envs, reset_ratio)
+    else:
+        step_one = jax.vmap(env.step)
+        step_env = lambda k, state, action: step_one(jax.random.split(k, num_envs), state, action)
     with_memory = carry.memory is not None
 
     def step(carry, step_key):
@@ -79,7 +125,7 @@ def collect(
         else:
             dist = policy(obs)
         action, log_prob = dist.sample_and_log_prob(seed=k_act)
-        res = step_env(jax.random.split(k_env, num_envs), env_state, action)
+        res = step_env(k_env, env_state, action)
         done = jnp.logical_or(res.terminated, res.truncated)
         ep_return = episode.episode_return + res.reward
         ep_length = episode.episode_length + 1
@@ -88,17 +134,22 @@ def collect(
             obs, action, log_prob, res.reward, res.terminated, res.truncated, res.final_obs, first
         )
         logs = (jnp.where(done, ep_return, 0.0), jnp.where(done, ep_length, 0), done)
+        info = None
+        if res.info is not None:  # summed over this step's finished episodes
+            info = {k: jnp.where(done, v, 0.0).sum() for k, v in res.info.items()}
         next_first = done if with_memory else None
         kept = env_state if keep_states else None
         return EnvCarry(res.state, res.obs, new_episode, memory, next_first), (
             transition,
             logs,
             kept,
+            info,
         )
 
     start = EnvCarry(*carry)
-    end, (traj, (ret, length, done), states) = jax.lax.scan(
+    end, (traj, (ret, length, done), states, info) = jax.lax.scan(
         step, start, jax.random.split(key, num_steps)
     )
+    info = None if info is None else {k: v.sum() for k, v in info.items()}
     # With memory the trajectory also holds the memory it started from, to be re-run.
-    return RolloutResult(traj._replace(memory=start.memory), end, ret, length, done, states)
+    return RolloutResult(traj._replace(memory=start.memory), end, ret, length, done, states, info)

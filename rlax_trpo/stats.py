@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlax_trpo.sweep import Sweep
+if TYPE_CHECKING:  # annotations only: this module stays free of JAX
+    from rlax_trpo.sweep import Sweep
 
 
 def to_numpy(metrics: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -26,18 +27,30 @@ def to_numpy(metrics: Mapping[str, Any]) -> dict[str, np.ndarray]:
     return out
 
 
-def final_returns(metrics: Mapping[str, np.ndarray], last_fraction: float = 0.1) -> np.ndarray:
-    """Per seed: mean return of the episodes that finished in the last 10% of iterations.
+def final_returns(
+    metrics: Mapping[str, np.ndarray], last_fraction: float = 0.1, name: str = "return"
+) -> np.ndarray:
+    """Per seed: mean return of the episodes that finished in the last 10% of iterations
+    (or of another episode figure, `episode/<name>_sum`, such as Craftax's achievements).
 
     Uses the per-iteration sums and counts, so every finished episode weighs the same.
     A seed with no finished episode in that window gets NaN.
     """
-    sums, counts = metrics["episode/return_sum"], metrics["episode/count"]
+    sums, counts = metrics[f"episode/{name}_sum"], metrics["episode/count"]
     iters = sums.shape[-1]
     start = iters - max(1, math.ceil(iters * last_fraction))
     s, c = sums[..., start:].sum(-1), counts[..., start:].sum(-1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(c > 0, s / np.maximum(c, 1), np.nan)
+
+
+def episode_figure_names(metrics: Mapping[str, Any]) -> list[str]:
+    """The environment's own episode figures logged as `episode/<name>_sum` (not the return)."""
+    return sorted(
+        k.removeprefix("episode/").removesuffix("_sum")
+        for k in metrics
+        if k.startswith("episode/") and k.endswith("_sum") and k != "episode/return_sum"
+    )
 
 
 def nonfinite_by_member(metrics: Mapping[str, np.ndarray]) -> dict[int, tuple[int, str]]:

@@ -12,6 +12,7 @@ No function here calls `jax.jit`: call sites do, e.g. `jax.jit(jax.vmap(train, (
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -23,6 +24,7 @@ from rlax_trpo.algorithms.base import Algorithm
 from rlax_trpo.config import Config, HParams
 from rlax_trpo.envs import Env, make_env
 from rlax_trpo.envs.base import flatten_observations
+from rlax_trpo.errors import ConfigError
 from rlax_trpo.memory import Memory
 from rlax_trpo.networks import Networks, make_networks, uses_cnn
 from rlax_trpo.normalization import (
@@ -67,6 +69,18 @@ def make_trainer(config: Config, progress: ProgressFn | None = None) -> Trainer:
     if algorithm.check_env is not None:
         algorithm.check_env(env)
     rollout = algorithm.collect or collect
+    if config.reset_ratio > 1:
+        if algorithm.collect is not None:
+            raise ConfigError(
+                f"reset_ratio: {config.algorithm} collects its own rollouts "
+                "(grouped or vine); use reset_ratio=1"
+            )
+        if env.transition is None:
+            raise ConfigError(
+                f"reset_ratio: {config.env} gives no step without reset (Env.transition); "
+                "use reset_ratio=1"
+            )
+        rollout = functools.partial(collect, reset_ratio=config.reset_ratio)
 
     def init(key: jax.Array, hp: HParams) -> TrainState:
         k_params, k_env, k_run = jax.random.split(key, 3)
@@ -130,6 +144,8 @@ def make_trainer(config: Config, progress: ProgressFn | None = None) -> Trainer:
                 "train/finite": finite.astype(jnp.float32),
             }
         )
+        for name, total in (ro.episode_info or {}).items():  # the environment's figures
+            metrics[f"episode/{name}_sum"] = jnp.asarray(total, jnp.float32)
         if progress is not None:
             jax.debug.callback(progress, state.iteration, last_return)
         new_state = state.replace(

@@ -2,6 +2,10 @@
 
 `Env.step` auto-resets and returns `terminated` and `truncated` apart, and `final_obs`, the
 observation before the automatic reset, so truncated steps bootstrap from V(final_obs).
+An adapter may also give `Env.transition`, the same step without the reset: the rollout's
+`reset_ratio` option resets finished environments from a shared pool of fresh states with
+it (`rlax_trpo.rollout.pooled_step`), for suites whose reset costs many steps (Craftax's
+world generation, Jumanji's mazes).
 """
 
 from __future__ import annotations
@@ -34,6 +38,10 @@ class StepResult(NamedTuple):
     terminated: jax.Array
     truncated: jax.Array
     final_obs: jax.Array
+    # Figures of the episode that ends at this step (e.g. achievements unlocked), name ->
+    # scalar, read only where the step ends an episode; None for environments without any.
+    # The training loop logs their sums over finished episodes as `episode/<name>_sum`.
+    info: Any = None
 
 
 class Env(NamedTuple):
@@ -43,6 +51,9 @@ class Env(NamedTuple):
     step(key, state, action) -> StepResult (auto-resets; `final_obs` is pre-reset)
     render: optional host function `(env_states, returns, path)` writing a GIF of recorded
       states (`train.py eval --gif`); None where the suite cannot render.
+    transition(key, state, action) -> StepResult without the automatic reset (`obs` is
+      `final_obs`, `state` the state after the step, even where the episode ended); None
+      where the suite has no such step (then `reset_ratio` is refused).
     """
 
     reset: Callable[[jax.Array], tuple[jax.Array, Any]]
@@ -50,6 +61,25 @@ class Env(NamedTuple):
     spec: EnvSpec
     name: str
     render: Callable[[list, Any, str], None] | None = None
+    transition: Callable[[jax.Array, Any, jax.Array], StepResult] | None = None
+
+
+def auto_reset(
+    transition: Callable[[jax.Array, Any, jax.Array], StepResult],
+    reset: Callable[[jax.Array], tuple[jax.Array, Any]],
+) -> Callable[[jax.Array, Any, jax.Array], StepResult]:
+    """The auto-resetting `step` of a `transition`: where the step ends an episode, the
+    observation and state are a fresh `reset`'s (`final_obs` keeps the pre-reset one)."""
+
+    def step(key: jax.Array, state: Any, action: jax.Array) -> StepResult:
+        k_step, k_reset = jax.random.split(key)
+        res = transition(k_step, state, action)
+        done = jnp.logical_or(res.terminated, res.truncated)
+        obs0, state0 = reset(k_reset)
+        pick = lambda fresh, old: jax.tree.map(lambda f, o: jnp.where(done, f, o), fresh, old)
+        return res._replace(obs=pick(obs0, res.obs), state=pick(state0, res.state))
+
+    return step
 
 
 def map_observations(env: Env, fn: Any, obs_shape: tuple[int, ...], name: str | None = None) -> Env:
@@ -60,12 +90,22 @@ def map_observations(env: Env, fn: Any, obs_shape: tuple[int, ...], name: str | 
         obs, state = env.reset(key)
         return fn(obs), state
 
-    def step(key: jax.Array, state: Any, action: jax.Array) -> StepResult:
-        res = env.step(key, state, action)
-        return res._replace(obs=fn(res.obs), final_obs=fn(res.final_obs))
+    def mapped(inner_step):
+        def step(key: jax.Array, state: Any, action: jax.Array) -> StepResult:
+            res = inner_step(key, state, action)
+            return res._replace(obs=fn(res.obs), final_obs=fn(res.final_obs))
+
+        return step
 
     spec = env.spec._replace(obs_shape=tuple(obs_shape))
-    return env._replace(reset=reset, step=step, spec=spec, name=name or env.name)
+    transition = None if env.transition is None else mapped(env.transition)
+    return env._replace(
+        reset=reset,
+        step=mapped(env.step),
+        spec=spec,
+        name=name or env.name,
+        transition=transition,
+    )
 
 
 def flatten_observations(env: Env) -> Env:

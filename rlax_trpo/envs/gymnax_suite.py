@@ -124,10 +124,24 @@ def from_gymnax(
             prep(info["final_observation"]),
         )
 
+    def transition(key, state, action):  # gymnax's step without its automatic reset
+        obs, state, reward, terminated, _ = gym_env.step_env(
+            key, state, to_env_action(action), params
+        )
+        truncated = gym_env.is_truncated(state, params)
+        return StepResult(
+            prep(obs),
+            state,
+            jnp.asarray(reward, jnp.float32),
+            jnp.asarray(terminated, bool),
+            jnp.asarray(truncated, bool),
+            prep(obs),
+        )
+
     def render(states: list, returns: Any, path: str) -> None:
         _render_gif(gym_env, params, states, returns, path)
 
-    return Env(reset, step, spec, name, render)
+    return Env(reset, step, spec, name, render, transition)
 
 
 def _render_gif(gym_env: Any, params: Any, states: list, returns: Any, path: str) -> None:

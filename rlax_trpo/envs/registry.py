@@ -4,7 +4,8 @@
     make_env("gymnax/CartPole-v1")   the same, explicitly
     make_env("MaxDigit-qa")          this library's own environments (`rlax_trpo.envs.own`)
     make_env("brax/hopper")          Brax; `playground/CartpoleBalance`: MuJoCo Playground's
-                                     DM Control Suite; `jumanji/Snake-v1`: Jumanji (extras)
+                                     DM Control Suite; `jumanji/Snake-v1`: Jumanji;
+                                     `craftax/Craftax-Symbolic-v1`: Craftax (extras)
     make_env("pomdp/CartPole-v1")    a gymnax task without its velocities (`envs.pomdp`)
 
 A user adds one environment with `register_env(name, factory)` (the factory returns a
@@ -44,10 +45,11 @@ _SUITES: dict[str, Suite] = {
         "rlax_trpo.envs.playground_suite:make", "rlax_trpo.envs.playground_suite:names"
     ),
     "jumanji": Suite("rlax_trpo.envs.jumanji_suite:make", "rlax_trpo.envs.jumanji_suite:names"),
+    "craftax": Suite("rlax_trpo.envs.craftax_suite:make", "rlax_trpo.envs.craftax_suite:names"),
     "pomdp": Suite("rlax_trpo.envs.pomdp:make", "rlax_trpo.envs.pomdp:names"),
 }
 # suite -> the extra that installs it
-EXTRAS = {"brax": "brax", "playground": "playground", "jumanji": "jumanji"}
+EXTRAS = {"brax": "brax", "playground": "playground", "jumanji": "jumanji", "craftax": "craftax"}
 DEFAULT_SUITE = "gymnax"  # names without a prefix that are not registered environments
 
 

@@ -1,0 +1,350 @@
+"""`rlax-trpo report`'s numbers: statistics over finished runs as rliable (Agarwal et al.
+2021) defines them; `rlax_trpo.aggregate_plots` writes them out (markdown, JSON, figures).
+
+A cell is (algorithm, task); its scores are the runs' `final_return_per_seed`. Inputs are run
+folders (`summary.json`), results published by `benchmarks/standard_tables.py` (a JSON with
+`task`, `command`, `date` and the run's `summary`) and folders of either. Per cell: IQM and
+mean with 95% percentile-bootstrap intervals over seeds. Across tasks: min-max normalised
+scores' IQM, mean, median and optimality gap with stratified-bootstrap intervals, performance
+profiles, and between algorithms the probability of improvement. Every estimate is rliable's
+(`get_interval_estimates`, imported when the statistics run; no JAX here), which resamples with
+numpy's global generator: each estimate seeds it with `seed` and restores the caller's state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlax_trpo.errors import ConfigError
+
+RLIABLE_MISSING = 'needs rliable: pip install "rlax_trpo[report]"'
+CONFIDENCE = 0.95
+METRICS = ("IQM", "mean", "median", "optimality gap")
+INTERVAL = "percentile bootstrap over seeds, stratified by task (rliable get_interval_estimates)"
+MIN_SEEDS_FOR_INTERVAL = 4  # rlax_trpo.stats.few_seeds_note says why, below it
+
+
+class ReportError(ConfigError):
+    """Bad input to the report: the message is one line naming the input and the problem."""
+
+
+class RliableMissing(ReportError):
+    """rliable (or a library it imports) cannot be imported."""
+
+
+def load_rliable() -> tuple[Any, Any]:
+    """rliable's `library` and `metrics` modules, or `RliableMissing`."""
+    try:
+        from rliable import library, metrics
+    except ImportError as err:
+        raise RliableMissing(RLIABLE_MISSING) from err
+    except Exception as err:  # an installed but broken dependency (arch, pandas)
+        why = " ".join(f"{type(err).__name__}: {err}".split())
+        raise RliableMissing(f"{RLIABLE_MISSING} (importing it failed: {why})") from err
+    return library, metrics
+
+
+def load_runs(paths: Sequence[Path]) -> list[dict[str, Any]]:
+    """One record per run found under `paths` (see `runs_in`), each file counted once."""
+    runs, seen = [], set()
+    for path in paths:
+        for run in runs_in(Path(path)):
+            if Path(run["path"]).resolve() not in seen:
+                seen.add(Path(run["path"]).resolve())
+                runs.append(run)
+    return runs
+
+
+def runs_in(path: Path) -> list[dict[str, Any]]:
+    """The runs of one PATH: a run folder, a published JSON (or a summary.json), or a folder
+    whose `*.json` published results and whose subfolders' runs are taken."""
+    if not path.exists():
+        raise ReportError(f"{path}: no such file or folder")
+    if path.is_file():
+        data = _read_json(path)
+        if _is_published(data):
+            return [_run_record(path, data["summary"], data)]
+        if isinstance(data, dict) and "final_return_per_seed" in data:
+            return [_run_record(path, data)]
+        what = "neither a run's summary.json nor a result of benchmarks/standard_tables.py"
+        raise ReportError(f"{path}: {what} (keys task, command, date, summary)")
+    if (path / "summary.json").is_file():
+        return [_run_record(path / "summary.json", _read_json(path / "summary.json"))]
+    found = []
+    for file in sorted(path.glob("*.json")):
+        data = _read_json(file, strict=False)
+        if _is_published(data):
+            found.append(_run_record(file, data["summary"], data))
+    for sub in sorted(p for p in path.iterdir() if (p / "summary.json").is_file()):
+        found.append(_run_record(sub / "summary.json", _read_json(sub / "summary.json")))
+    if not found:
+        raise ReportError(f"{path}: no runs in it (no summary.json, no subfolder with one, no "
+                          "result published by benchmarks/standard_tables.py)")  # fmt: skip
+    return found
+
+
+def _read_json(path: Path, strict: bool = True) -> Any:
+    """The JSON in `path`; unreadable: `ReportError`, or None when not `strict`."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        if not strict:
+            return None
+        why = err.strerror if isinstance(err, OSError) else "not valid JSON"
+        raise ReportError(f"{path}: cannot be read ({why})") from None
+
+
+def _is_published(data: Any) -> bool:
+    """Whether `data` is a result published by benchmarks/standard_tables.py."""
+    keys = ("task", "command", "date", "summary")
+    return isinstance(data, dict) and all(k in data for k in keys) and isinstance(
+        data["summary"], dict)  # fmt: skip
+
+
+def _run_record(file: Path, summary: Any, published: dict | None = None) -> dict[str, Any]:
+    """A run's algorithm, task, finite per-seed scores and provenance, from its summary."""
+    published = published or {}
+    if not isinstance(summary, dict) or not isinstance(summary.get("algorithm"), str):
+        raise ReportError(f"{file}: not a run summary (no algorithm)")
+    settings = summary.get("num_settings", 1)
+    if settings != 1:
+        raise ReportError(f"{file}: a sweep of {settings} settings; a table cell is one setting")
+    raw = summary.get("final_return_per_seed")
+    if not isinstance(raw, list) or not raw:
+        raise ReportError(f"{file}: no final_return_per_seed (a language-model run?)")
+    if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in raw):
+        raise ReportError(f"{file}: final_return_per_seed holds a value that is not a number")
+    scores = [float(v) for v in raw if v is not None and math.isfinite(v)]
+    if not scores:
+        raise ReportError(f"{file}: no seed finished an episode (final_return_per_seed {raw})")
+    task = published.get("task") or summary.get("env")
+    if not isinstance(task, str):
+        raise ReportError(f"{file}: names no task (no 'task' and no env in its summary)")
+    return {
+        "path": str(file), "algorithm": summary["algorithm"], "task": task, "scores": scores,
+        "dropped_seeds": len(raw) - len(scores), "total_env_steps": summary.get("total_env_steps"),
+        "command": published.get("command"), "date": published.get("date"),
+    }  # fmt: skip
+
+
+def cells_of(runs: list[dict[str, Any]]) -> tuple[dict[tuple[str, str], list[float]], list[str]]:
+    """Scores per (algorithm, task), the seeds of runs of one cell concatenated, and notes."""
+    cells: dict[tuple[str, str], list[float]] = {}
+    by_cell: dict[tuple[str, str], list[dict]] = {}
+    notes = []
+    for run in runs:
+        key = (run["algorithm"], run["task"])
+        cells.setdefault(key, []).extend(run["scores"])
+        by_cell.setdefault(key, []).append(run)
+        if run["dropped_seeds"]:
+            notes.append(f"{run['path']}: {run['dropped_seeds']} seed(s) finished no episode "
+                         "in the last 10% of iterations and are left out")  # fmt: skip
+    for (algo, task), group in sorted(by_cell.items()):
+        if len(group) > 1:
+            counts = " + ".join(str(len(r["scores"])) for r in group)
+            notes.append(f"{algo} on {task}: the seeds of {len(group)} inputs are concatenated "
+                         f"({counts} = {len(cells[algo, task])})")  # fmt: skip
+            if len({r["total_env_steps"] for r in group}) > 1:
+                notes.append(f"{algo} on {task}: its inputs ran different budgets")
+    return cells, notes
+
+
+def parse_ranges(specs: Sequence[str]) -> dict[str, tuple[float, float]]:
+    """`--range TASK=LO,HI` values: task -> (LO, HI), finite numbers with LO < HI."""
+    ranges: dict[str, tuple[float, float]] = {}
+    for spec in specs:
+        task, eq, bounds = spec.rpartition("=")
+        try:
+            lo, hi = (float(b) for b in bounds.split(","))
+        except ValueError:
+            lo = hi = math.nan
+        if not (eq and task and math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+            raise ReportError(f"--range: {spec!r} is not TASK=LO,HI with numbers LO < HI")
+        if task in ranges:
+            raise ReportError(f"--range: task {task!r} is given twice")
+        ranges[task] = (lo, hi)
+    return ranges
+
+
+@contextlib.contextmanager
+def _seeded(seed: int) -> Iterator[None]:
+    """numpy's global generator seeded with `seed`, restored on exit: rliable's bootstraps
+    draw their resamples from it (`np.random.choice`), not from their `random_state`."""
+    saved = np.random.get_state()  # noqa: NPY002
+    np.random.seed(seed)  # noqa: NPY002
+    try:
+        yield
+    finally:
+        np.random.set_state(saved)  # noqa: NPY002
+
+
+def estimates(score_dict: dict, func, reps: int, seed: int) -> tuple[dict, dict]:
+    """rliable's point estimates of `func` and their 95% percentile stratified-bootstrap
+    intervals (`get_interval_estimates`; an interval is `[2, k]`: lows, highs)."""
+    library, _ = load_rliable()
+    with _seeded(seed):
+        return library.get_interval_estimates(
+            score_dict, func, reps=reps, confidence_interval_size=CONFIDENCE
+        )
+
+
+def per_task(cells: dict[tuple[str, str], list[float]], reps: int, seed: int) -> dict:
+    """task -> algorithm -> seeds, scores, IQM and mean with 95% intervals over seeds, and
+    `rlax_trpo.stats.few_seeds_note` (None from 4 seeds on)."""
+    _, metrics = load_rliable()
+    func = lambda s: np.array([metrics.aggregate_iqm(s), metrics.aggregate_mean(s)])
+    out: dict[str, dict[str, Any]] = {}
+    for (algo, task), scores in sorted(cells.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        x = np.asarray(scores, np.float64)[:, None]  # [seeds, 1 task]
+        point, interval = estimates({algo: x}, func, reps, seed)
+        (iqm, mean), ci = point[algo], interval[algo]
+        out.setdefault(task, {})[algo] = {
+            "seeds": len(scores), "scores": list(scores),
+            "iqm": float(iqm), "iqm_ci95": [float(ci[0, 0]), float(ci[1, 0])],
+            "mean": float(mean), "mean_ci95": [float(ci[0, 1]), float(ci[1, 1])],
+            "note": _few_seeds_note(len(scores)),
+        }  # fmt: skip
+    return out
+
+
+def _few_seeds_note(n: int) -> str | None:
+    if n >= MIN_SEEDS_FOR_INTERVAL:
+        return None
+    from rlax_trpo.stats import few_seeds_note  # (it imports JAX, through rlax_trpo.sweep)
+
+    return few_seeds_note(n)
+
+
+def score_matrices(cells: dict, algorithms: list[str], tasks: list[str]) -> tuple[dict, list]:
+    """algorithm -> `[seeds, tasks]` scores on `tasks`; an algorithm with more seeds on some
+    task keeps its first `min` seeds of every task (rliable needs a matrix). And notes."""
+    matrices, notes = {}, []
+    for algo in algorithms:
+        counts = [len(cells[algo, t]) for t in tasks]
+        k = min(counts)
+        if len(set(counts)) > 1:
+            notes.append(f"{algo}: {', '.join(map(str, counts))} seeds on {', '.join(tasks)}; "
+                         f"the statistics across tasks use the first {k} of each")  # fmt: skip
+        matrices[algo] = np.array([cells[algo, t][:k] for t in tasks], np.float64).T
+    return matrices, notes
+
+
+def score_ranges(cells: dict, tasks: list[str], given: dict[str, tuple[float, float]]) -> dict:
+    """task -> (low, high, where from): `--range`, else the min and max of its scores."""
+    out = {}
+    for task in tasks:
+        if task in given:
+            out[task] = (*given[task], "--range")
+        else:
+            scores = [s for (_, t), v in cells.items() if t == task for s in v]
+            out[task] = (min(scores), max(scores), "min and max of its scores")
+    return out
+
+
+def across_tasks(matrices: dict, tasks: list[str], ranges: dict, reps: int, seed: int) -> dict:
+    """Min-max normalised scores' IQM, mean, median and optimality gap with 95% stratified
+    bootstrap intervals, and performance profiles (tau 0 to 1), per algorithm."""
+    library, metrics = load_rliable()
+    lo = np.array([ranges[t][0] for t in tasks])
+    width = np.array([ranges[t][1] - ranges[t][0] for t in tasks])
+    normalised = {a: (m - lo) / width for a, m in matrices.items()}
+    parts = (metrics.aggregate_iqm, metrics.aggregate_mean, metrics.aggregate_median,
+             metrics.aggregate_optimality_gap)  # in the order of METRICS  # fmt: skip
+    func = lambda s: np.array([part(s) for part in parts])
+    point, interval = estimates(normalised, func, reps, seed)
+    taus = np.linspace(0.0, 1.0, 101)
+    with _seeded(seed):
+        profiles, profile_cis = library.create_performance_profile(normalised, taus, reps=reps)
+    return {
+        "tasks": tasks,
+        "ranges": {t: dict(zip(("low", "high", "from"), ranges[t], strict=True)) for t in tasks},
+        "seeds_per_task": {a: int(m.shape[0]) for a, m in matrices.items()},
+        "metrics": {
+            a: {
+                name: {"value": float(point[a][i]), "ci95": [float(v) for v in interval[a][:, i]]}
+                for i, name in enumerate(METRICS)
+            }
+            for a in normalised
+        },  # fmt: skip
+        "performance_profile": {
+            "tau": taus.tolist(),
+            **{
+                a: {"fraction": profiles[a].tolist(), "ci95": profile_cis[a].tolist()}
+                for a in profiles
+            },
+        },  # fmt: skip
+    }
+
+
+def improvement(matrices: dict, reps: int, seed: int) -> list[dict[str, Any]]:
+    """P(X > Y) for every ordered pair of algorithms, on their common tasks, with its 95%
+    stratified independent-bootstrap interval (rliable's `probability_of_improvement`)."""
+    _, metrics = load_rliable()
+    pairs = {(x, y): (matrices[x], matrices[y]) for x in matrices for y in matrices if x != y}
+    point, interval = estimates(pairs, metrics.probability_of_improvement, reps, seed)
+    return [
+        {"x": x, "y": y, "probability": float(point[x, y]),
+         "ci95": [float(v) for v in np.ravel(interval[x, y])]}
+        for x, y in pairs
+    ]  # fmt: skip
+
+
+def build_report(paths: Sequence[Path], range_specs: Sequence[str] = (), reps: int = 2000,
+                 seed: int = 0) -> dict[str, Any]:  # fmt: skip
+    """The report's numbers (report.json): its inputs, per-task statistics and, where they
+    apply, the statistics across tasks and between algorithms, with notes on what was done.
+    Every input is checked (`ReportError`) before rliable is imported (`RliableMissing`)."""
+    if reps < 1:
+        raise ReportError(f"--reps: must be a positive integer (got {reps})")
+    if not 0 <= seed < 2**32:
+        raise ReportError(f"--seed: must be an integer from 0 to 2**32 - 1 (got {seed})")
+    given = parse_ranges(range_specs)
+    runs = load_runs(paths)
+    cells, notes = cells_of(runs)
+    algorithms, tasks = sorted({a for a, _ in cells}), sorted({t for _, t in cells})
+    unknown = sorted(set(given) - set(tasks))
+    if unknown:
+        raise ReportError(f"--range: no task {unknown[0]!r} here (tasks: {', '.join(tasks)})")
+    load_rliable()
+    common = [t for t in tasks if all((a, t) in cells for a in algorithms)]
+    notes += [f"{t}: not run by every algorithm, so left out across tasks and algorithms"
+              for t in tasks if t not in common]  # fmt: skip
+    matrices, more = score_matrices(cells, algorithms, common)
+    ranges = score_ranges(cells, common, given)
+    flat = [t for t in common if ranges[t][0] == ranges[t][1]]
+    notes += more + [f"{t}: every score is {ranges[t][0]:g}, no range to normalise by (give "
+                     "--range); left out across tasks" for t in flat]  # fmt: skip
+    used = [t for t in common if t not in flat]
+    report: dict[str, Any] = {
+        "settings": {"reps": reps, "seed": seed, "confidence": CONFIDENCE, "interval": INTERVAL},
+        "algorithms": algorithms,
+        "tasks": tasks,
+        "inputs": runs,
+        "per_task": per_task(cells, reps, seed),
+        "across_tasks": None,
+        "probability_of_improvement": None,
+        "skipped": {},
+        "notes": notes,
+    }
+    if len(used) >= 2:
+        columns = [common.index(t) for t in used]
+        chosen = {a: m[:, columns] for a, m in matrices.items()}
+        report["across_tasks"] = across_tasks(chosen, used, ranges, reps, seed)
+    else:
+        report["skipped"]["across_tasks"] = (
+            f"{len(used)} task(s) that every algorithm ran (with a range to normalise by); "
+            "the aggregate metrics and the performance profile need 2 or more"
+        )
+    if len(algorithms) >= 2 and common:
+        report["probability_of_improvement"] = improvement(matrices, reps, seed)
+    else:
+        why = "one algorithm" if len(algorithms) < 2 else "no task that every algorithm ran"
+        report["skipped"]["probability_of_improvement"] = f"{why}; it compares two on a task"
+    return report

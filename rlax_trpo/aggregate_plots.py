@@ -1,0 +1,325 @@
+"""`rlax-trpo report`'s files from `rlax_trpo.aggregate.build_report`'s numbers: report.md,
+report.json and the figures (per_task.png; aggregate.png, performance_profile.png and
+probability_of_improvement.png where they apply, drawn by rliable's `plot_utils`).
+
+Every file is written under a temporary name and renamed once all are drawn, so a crash leaves
+no file half written. The figures draw on Agg; the caller's matplotlib backend is left as it
+was. Host-side only: no JAX.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlax_trpo.aggregate import METRICS, ReportError, RliableMissing, build_report
+from rlax_trpo.errors import RunFailed
+
+FIGURES = {
+    "per_task.png": "IQM of the final return per task, with 95% intervals",
+    "aggregate.png": "aggregate metrics of min-max normalised scores, with 95% intervals",
+    "performance_profile.png": "performance profiles of min-max normalised scores",
+    "probability_of_improvement.png": "probability of improvement, with 95% intervals",
+}
+
+
+def read_anchors(path: Path) -> dict[str, dict[str, float]]:
+    """Published reference scores from a YAML mapping `label: {task: score}`."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, UnicodeDecodeError) as err:
+        why = err.strerror if isinstance(err, OSError) else "not text"
+        raise ReportError(f"--anchors: cannot read {path} ({why})") from None
+    except yaml.YAMLError as err:
+        why = " ".join(str(err).split())
+        raise ReportError(f"--anchors: {path} is not valid YAML ({why})") from None
+    shape = "a mapping label: {task: score}, e.g. 'gymnax-blines PPO: {Breakout-MinAtar: 28}'"
+    if not isinstance(data, dict) or not data:
+        raise ReportError(f"--anchors: {path} must hold {shape}")
+    anchors = {}
+    for label, scores in data.items():
+        if not isinstance(scores, dict):
+            raise ReportError(f"--anchors: {label!r} in {path} must map tasks to scores")
+        for task, value in scores.items():
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or not math.isfinite(value):
+                raise ReportError(f"--anchors: {label!r} on {task!r}: {value!r} is not a number")
+        anchors[str(label)] = {str(t): float(v) for t, v in scores.items()}
+    return anchors
+
+
+def num(x: float) -> str:
+    """A score for a table: 4 significant figures, whole numbers from 10,000 on."""
+    return f"{x:.0f}" if abs(x) >= 1e4 else f"{x:.4g}"
+
+
+def _interval(value: float, ci95: list[float]) -> str:
+    return f"{num(value)} [{num(ci95[0])}, {num(ci95[1])}]"
+
+
+def _link(figure: str) -> str:
+    return f"![{FIGURES[figure]}]({figure})"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A markdown table; `|` in a cell is escaped."""
+    line = lambda cells: "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+    return [line(header), line(["---"] * len(header)), *(line(r) for r in rows)]
+
+
+def per_task_table(report: dict[str, Any], anchors: dict[str, dict[str, float]]) -> str:
+    """Tasks x (per algorithm: IQM and mean with 95% intervals, seeds; per anchor label: its
+    number), and the few-seeds note of any cell with fewer than 4 seeds."""
+    algorithms, per_task = report["algorithms"], report["per_task"]
+    header = ["task"]
+    for algo in algorithms:
+        header += [f"{algo} IQM [95% CI]", f"{algo} mean [95% CI]", f"{algo} seeds"]
+    header += list(anchors)
+    notes = any(c["note"] for cells in per_task.values() for c in cells.values())
+    rows = []
+    for task in report["tasks"]:
+        row, said = [task], []
+        for algo in algorithms:
+            cell = per_task[task].get(algo)
+            if cell is None:
+                row += ["-", "-", 0]
+                continue
+            row += [_interval(cell["iqm"], cell["iqm_ci95"]),
+                    _interval(cell["mean"], cell["mean_ci95"]), cell["seeds"]]  # fmt: skip
+            if cell["note"]:
+                said.append(f"{algo}: {cell['note']}")
+        row += [num(a[task]) if task in a else "" for a in anchors.values()]
+        rows.append(row + (["; ".join(said)] if notes else []))
+    return "\n".join(_table(header + (["note"] if notes else []), rows))
+
+
+def _inputs_section(report: dict[str, Any]) -> list[str]:
+    header = ["algorithm", "task", "seeds", "env steps per seed", "input", "command", "date"]
+    rows = [
+        [r["algorithm"], r["task"], len(r["scores"]),
+         f"{r['total_env_steps']:,}" if isinstance(r["total_env_steps"], int) else "",
+         f"`{r['path']}`", f"`{r['command']}`" if r["command"] else "", r["date"] or ""]
+        for r in report["inputs"]
+    ]  # fmt: skip
+    return ["## Inputs", "", *_table(header, rows), ""]
+
+
+def _across_section(report: dict[str, Any], drawn: set[str]) -> list[str]:
+    lines = ["## Across tasks: min-max normalised scores", ""]
+    across = report["across_tasks"]
+    if across is None:
+        return [*lines, f"Skipped: {report['skipped']['across_tasks']}.", ""]
+    lines.append("Normalised score = (score - low) / (high - low), per task:")
+    for task, r in across["ranges"].items():
+        lines.append(f"- {task}: low {num(r['low'])}, high {num(r['high'])} ({r['from']})")
+    seeds = ", ".join(f"{a} {k}" for a, k in across["seeds_per_task"].items())
+    lines += ["", f"Seeds per task: {seeds}. Intervals: {report['settings']['interval']}.", ""]
+    rows = [[a, *(_interval(m[name]["value"], m[name]["ci95"]) for name in METRICS)]
+            for a, m in across["metrics"].items()]  # fmt: skip
+    lines += _table(["algorithm", *(f"{name} [95% CI]" for name in METRICS)], rows)
+    for name in ("aggregate.png", "performance_profile.png"):
+        if name in drawn:
+            lines += ["", _link(name)]
+    return [*lines, ""]
+
+
+def _improvement_section(report: dict[str, Any], drawn: set[str]) -> list[str]:
+    lines = ["## Probability of improvement", ""]
+    pairs = report["probability_of_improvement"]
+    if pairs is None:
+        return [*lines, f"Skipped: {report['skipped']['probability_of_improvement']}.", ""]
+    lines += ["P(X > Y): the probability that a seed of X scores higher than a seed of Y on a "
+              "task (ties count half), averaged over the tasks that all ran.", ""]  # fmt: skip
+    rows = [[p["x"], p["y"], _interval(p["probability"], p["ci95"])] for p in pairs]
+    lines += _table(["X", "Y", "P(X > Y) [95% CI]"], rows)
+    if "probability_of_improvement.png" in drawn:
+        lines += ["", _link("probability_of_improvement.png")]
+    return [*lines, ""]
+
+
+def markdown(report: dict[str, Any], anchors: dict, title: str, drawn: set[str]) -> str:
+    """report.md: title, inputs, the per-task table, the statistics across tasks and between
+    algorithms, links to the figures drawn, and notes."""
+    settings = report["settings"]
+    lines = [f"# {title}", "",
+             f"{len(report['algorithms'])} algorithm(s) on {len(report['tasks'])} task(s). A "
+             "seed's score is its final return: the mean training-episode return over the last "
+             "10% of iterations. Statistics as rliable computes them (Agarwal et al. 2021): "
+             f"point estimates with 95% percentile bootstrap intervals ({settings['reps']} "
+             f"resamples, seed {settings['seed']}).", "",
+             *_inputs_section(report), "## Per task: final return", "",
+             per_task_table(report, anchors), ""]  # fmt: skip
+    if anchors:
+        lines += ["Columns " + ", ".join(anchors) + ": published reference numbers "
+                  "(--anchors), blank where a label has none for the task.", ""]  # fmt: skip
+    if "per_task.png" in drawn:
+        lines += [_link("per_task.png"), ""]
+    lines += _across_section(report, drawn) + _improvement_section(report, drawn)
+    extra = sorted({t for a in anchors.values() for t in a} - set(report["tasks"]))
+    notes = report["notes"] + ([f"anchors for tasks not here: {', '.join(extra)}"] if extra else [])
+    if notes:
+        lines += ["## Notes", "", *(f"- {n}" for n in notes), ""]
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def _agg_pyplot() -> Iterator[Any]:
+    """pyplot drawing on Agg (rliable's interval plot makes its figure with pyplot); the
+    caller's backend comes back after."""
+    import matplotlib.pyplot as plt
+
+    previous = plt.get_backend()
+    plt.switch_backend("Agg")
+    try:
+        yield plt
+    finally:
+        plt.switch_backend(previous)
+
+
+def _per_task_figure(report: dict[str, Any], path: Path) -> None:
+    from matplotlib.figure import Figure  # no pyplot: the caller's backend is left alone
+
+    tasks, algorithms = report["tasks"], report["algorithms"]
+    cols = min(4, len(tasks))
+    rows = math.ceil(len(tasks) / cols)
+    fig = Figure(figsize=(1.2 + 1.1 * len(algorithms) * cols, 3.2 * rows), dpi=100)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax, task in zip(axes, tasks, strict=False):
+        for i, algo in enumerate(algorithms):
+            cell = report["per_task"][task].get(algo)
+            if cell:
+                (low, high), iqm = cell["iqm_ci95"], cell["iqm"]
+                ax.errorbar(i, iqm, yerr=[[iqm - low], [high - iqm]], fmt="o", capsize=5,
+                            color=f"C{i}")  # fmt: skip
+        ax.set_xticks(range(len(algorithms)), algorithms)
+        ax.set_xlim(-0.6, len(algorithms) - 0.4)
+        ax.set_title(task, fontsize=9)
+        ax.grid(alpha=0.3, axis="y")
+    for ax in axes[len(tasks) :]:
+        ax.set_visible(False)
+    axes[0].set_ylabel("final return: IQM, 95% CI")
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+
+
+def _aggregate_figure(report: dict[str, Any], path: Path) -> None:
+    from rliable import plot_utils
+
+    metrics = report["across_tasks"]["metrics"]
+    point = {a: [m[name]["value"] for name in METRICS] for a, m in metrics.items()}
+    interval = {a: np.array([m[name]["ci95"] for name in METRICS]).T for a, m in metrics.items()}
+    with _agg_pyplot() as plt:
+        fig, _ = plot_utils.plot_interval_estimates(
+            point, interval, metric_names=list(METRICS), xlabel="min-max normalised score",
+            subfigure_width=3.4, row_height=0.6, xlabel_y_coordinate=-0.5 / (0.6 * len(metrics)),
+        )  # fmt: skip
+        try:
+            fig.savefig(path, bbox_inches="tight", format="png")
+        finally:
+            plt.close(fig)
+
+
+def _profile_figure(report: dict[str, Any], path: Path) -> None:
+    from matplotlib.figure import Figure
+    from rliable import plot_utils
+
+    profile = dict(report["across_tasks"]["performance_profile"])
+    tau = np.array(profile.pop("tau"))
+    fig = Figure(figsize=(7, 4.5), dpi=100)
+    ax = fig.subplots()
+    plot_utils.plot_performance_profiles(
+        {a: np.array(p["fraction"]) for a, p in profile.items()}, tau,
+        performance_profile_cis={a: np.array(p["ci95"]) for a, p in profile.items()}, ax=ax,
+        xlabel=r"min-max normalised score ($\tau$)", ylabel=r"fraction of runs with score > $\tau$",
+        legend=True, labelsize="medium", ticklabelsize="medium", legendsize="medium",
+    )  # fmt: skip
+    fig.savefig(path, bbox_inches="tight", format="png")
+
+
+def _improvement_figure(report: dict[str, Any], path: Path) -> None:
+    from matplotlib.figure import Figure
+    from rliable import plot_utils
+
+    pairs = report["probability_of_improvement"]
+    fig = Figure(figsize=(5, 1.2 + 0.5 * len(pairs)), dpi=100)
+    plot_utils.plot_probability_of_improvement(
+        {f"{p['x']}\t{p['y']}": p["probability"] for p in pairs},
+        {f"{p['x']}\t{p['y']}": np.array(p["ci95"]) for p in pairs},
+        pair_separator="\t", ax=fig.subplots(), ticklabelsize="medium", labelsize="medium",
+    )  # fmt: skip
+    fig.savefig(path, bbox_inches="tight", format="png")
+
+
+def _draw(report: dict[str, Any], out: Path, drawn: dict[str, Path]) -> None:
+    """Each figure that applies, under a temporary name in `out`, recorded in `drawn` (name ->
+    temporary path) before it is written."""
+    draw = {"per_task.png": _per_task_figure}
+    if report["across_tasks"] is not None:
+        draw.update(
+            {"aggregate.png": _aggregate_figure, "performance_profile.png": _profile_figure}
+        )
+    if report["probability_of_improvement"] is not None:
+        draw["probability_of_improvement.png"] = _improvement_figure
+    for name, function in draw.items():
+        drawn[name] = out / f".{name}.tmp"
+        function(report, drawn[name])
+
+
+def write_report(report: dict[str, Any], out: Path, anchors: dict | None = None,
+                 title: str | None = None) -> None:  # fmt: skip
+    """report.md, report.json and the figures into `out` (created if missing); a figure of
+    an earlier report there that does not apply now is removed."""
+    anchors = anchors or {}
+    title = title or f"{', '.join(report['algorithms'])} on {len(report['tasks'])} task(s)"
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    temporary: dict[str, Path] = {}
+    try:
+        _draw(report, out, temporary)
+        full = {"title": title, **report, "anchors": anchors, "figures": sorted(temporary)}
+        temporary["report.json"] = out / ".report.json.tmp"
+        temporary["report.json"].write_text(json.dumps(full, indent=1) + "\n")
+        temporary["report.md"] = out / ".report.md.tmp"
+        temporary["report.md"].write_text(markdown(report, anchors, title, set(full["figures"])))
+    except BaseException:
+        for path in temporary.values():
+            path.unlink(missing_ok=True)
+        if created and not any(out.iterdir()):
+            out.rmdir()
+        raise
+    for name in set(FIGURES) - set(temporary):
+        (out / name).unlink(missing_ok=True)
+    for name, path in temporary.items():  # report.md last
+        os.replace(path, out / name)
+
+
+def report_command(args: Any, prog: str = "rlax-trpo report") -> int:
+    """`rlax-trpo report` from its parsed options: every input checked (`ReportError`, one
+    line), the statistics, the files; prints the per-task table and where the report is.
+    Without rliable: one line on stderr and status 2."""
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ReportError(f"--out: {out} is a file, not a folder")
+    try:
+        anchors = read_anchors(args.anchors) if args.anchors else {}
+        report = build_report(args.paths, args.ranges, args.reps, args.seed)
+    except RliableMissing as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return 2
+    try:
+        write_report(report, out, anchors, args.title)
+    except OSError as err:
+        raise RunFailed(f"--out {out}: {err.strerror or err}; no report written") from None
+    print(per_task_table(report, anchors))
+    print(f"report: {out / 'report.md'}")
+    return 0

@@ -1,0 +1,371 @@
+"""`rlax-trpo report`: rliable's statistics over runs, checked against hand computations, and
+the command end to end on tiny published results and run folders written here."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import trim_mean
+
+from rlax_trpo import aggregate, cli
+from rlax_trpo.stats import few_seeds_note
+
+
+def _rliable_problem() -> str | None:
+    try:
+        from rliable import library, metrics  # noqa: F401
+    except Exception as err:  # absent, or a dependency of it broken (arch, pandas)
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+RLIABLE_PROBLEM = _rliable_problem()
+needs_rliable = pytest.mark.skipif(
+    RLIABLE_PROBLEM is not None, reason=f"rliable cannot be imported: {RLIABLE_PROBLEM}"
+)
+
+# Known scores: 3 tasks x 2 algorithms x 5 seeds, with ties within and across algorithms.
+SCORES = {
+    ("ppo", "Alpha"): [1.0, 4.0, 2.0, 8.0, 5.0],
+    ("trpo", "Alpha"): [3.0, 3.0, 6.0, 7.0, 2.0],
+    ("ppo", "Beta"): [10.0, 30.0, 20.0, 25.0, 15.0],
+    ("trpo", "Beta"): [12.0, 18.0, 40.0, 35.0, 30.0],
+    ("ppo", "Gamma"): [-5.0, 0.0, 5.0, 2.0, 1.0],
+    ("trpo", "Gamma"): [-1.0, -2.0, 0.0, 1.0, 2.0],
+}
+TASKS = ["Alpha", "Beta", "Gamma"]
+
+
+def _summary(algo: str, env: str, scores: list, **extra) -> dict:
+    return {"algorithm": algo, "env": env, "num_seeds": len(scores), "num_settings": 1,
+            "final_return_per_seed": scores, "total_env_steps": 65536, **extra}  # fmt: skip
+
+
+def _publish(folder: Path, algo: str, task: str, scores: list) -> Path:
+    """A result as benchmarks/standard_tables.py publishes it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{algo}_{task}.json"
+    published = {"benchmark": "standard_tables/test", "date": "2025-06-01",
+                 "command": f"python train.py --config {algo}.yaml env={task}", "task": task,
+                 "summary": _summary(algo, task, scores)}  # fmt: skip
+    path.write_text(json.dumps(published))
+    return path
+
+
+def _run_folder(folder: Path, algo: str, env: str, scores: list, **extra) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps(_summary(algo, env, scores, **extra)))
+    return folder
+
+
+def _report(args: list, capsys) -> tuple[int, str, str]:
+    """`rlax-trpo report ARGS`: (exit status, stdout, stderr)."""
+    code = cli.main(["report", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ------------------------------------------------------------- statistics by hand
+
+
+def _hand_probability(x: np.ndarray, y: np.ndarray) -> float:
+    """P(X > Y): per task, over every pair of seeds [x_i > y_j] + 0.5 [x_i == y_j]; averaged
+    over tasks (columns)."""
+    per_task = []
+    for t in range(x.shape[1]):
+        wins = [(a > b) + 0.5 * (a == b) for a in x[:, t] for b in y[:, t]]
+        per_task.append(np.mean(wins))
+    return float(np.mean(per_task))
+
+
+@needs_rliable
+def test_point_estimates_are_rliables_definitions(tmp_path):
+    for (algo, task), scores in SCORES.items():
+        _publish(tmp_path / "results", algo, task, scores)
+    report = aggregate.build_report([tmp_path / "results"], reps=200, seed=0)
+    for (algo, task), scores in SCORES.items():
+        cell = report["per_task"][task][algo]
+        assert cell["seeds"] == 5
+        assert cell["iqm"] == pytest.approx(trim_mean(scores, 0.25))
+        assert cell["mean"] == pytest.approx(np.mean(scores))
+    # min-max normalised over every score of the task, both algorithms
+    low = {t: min(SCORES["ppo", t] + SCORES["trpo", t]) for t in TASKS}
+    high = {t: max(SCORES["ppo", t] + SCORES["trpo", t]) for t in TASKS}
+    across = report["across_tasks"]
+    assert across["tasks"] == TASKS
+    for algo in ("ppo", "trpo"):
+        norm = np.array(
+            [[(s - low[t]) / (high[t] - low[t]) for s in SCORES[algo, t]] for t in TASKS]
+        )
+        got = across["metrics"][algo]
+        assert got["IQM"]["value"] == pytest.approx(trim_mean(norm.ravel(), 0.25))
+        assert got["mean"]["value"] == pytest.approx(norm.mean())
+        assert got["median"]["value"] == pytest.approx(np.median(norm.mean(axis=1)))
+        assert got["optimality gap"]["value"] == pytest.approx(1 - np.minimum(norm, 1).mean())
+        for name, value in got.items():
+            assert value["ci95"][0] <= value["value"] <= value["ci95"][1], (algo, name)
+    matrix = {a: np.array([SCORES[a, t] for t in TASKS]).T for a in ("ppo", "trpo")}
+    pairs = {(p["x"], p["y"]): p for p in report["probability_of_improvement"]}
+    assert set(pairs) == {("ppo", "trpo"), ("trpo", "ppo")}
+    for (x, y), p in pairs.items():
+        assert p["probability"] == pytest.approx(_hand_probability(matrix[x], matrix[y]))
+        assert p["ci95"][0] <= p["probability"] <= p["ci95"][1]
+    assert pairs["ppo", "trpo"]["probability"] + pairs["trpo", "ppo"]["probability"] == (
+        pytest.approx(1.0)
+    )
+    assert report["notes"] == [] and report["skipped"] == {}
+
+
+def _exact_bootstrap(x: list[float], statistic) -> np.ndarray:
+    """The statistic over every one of the n**n equally likely resamples of the seeds."""
+    x = np.asarray(x)
+    idx = np.array(list(itertools.product(range(len(x)), repeat=len(x))))
+    return np.sort(statistic(x[idx], axis=1))
+
+
+def _bands(exact: np.ndarray, reps: int) -> list[np.ndarray]:
+    """Where each end of a 95% percentile interval from `reps` resamples falls, to 3 binomial
+    standard errors (in probability): exact bootstrap quantiles at 2.5% and 97.5% -+ 3 SE."""
+    slack = 3 * np.sqrt(0.025 * 0.975 / reps)
+    return [np.quantile(exact, [q - slack, q + slack]) for q in (0.025, 0.975)]
+
+
+def _within(interval, bands) -> bool:
+    return all(lo - 1e-9 <= end <= hi + 1e-9 for end, (lo, hi) in zip(interval, bands, strict=True))
+
+
+def _close(a, b, bands) -> bool:
+    """Two estimates of the interval agree: each end apart by at most its band's width."""
+    pairs = zip(a, b, bands, strict=True)
+    return all(abs(x - y) <= hi - lo + 1e-9 for x, y, (lo, hi) in pairs)
+
+
+@needs_rliable
+@pytest.mark.parametrize(("cell", "key", "statistic"), [
+    (("ppo", "Alpha"), "mean", np.mean),
+    (("trpo", "Beta"), "mean", np.mean),
+    (("ppo", "Beta"), "iqm", lambda a, axis: trim_mean(a, 0.25, axis=axis)),
+])  # fmt: skip
+def test_a_tasks_interval_is_a_95_percent_bootstrap_over_seeds(cell, key, statistic):
+    scores, reps = SCORES[cell], 2000
+    got = aggregate.per_task({cell: scores}, reps=reps, seed=0)[cell[1]][cell[0]][f"{key}_ci95"]
+    exact = _exact_bootstrap(scores, statistic)  # over all 5**5 resamples
+    bands = _bands(exact, reps)
+    assert _within(got, bands), (got, bands)
+    # an independent numpy percentile bootstrap: resample seeds with replacement
+    rng = np.random.default_rng(12345)
+    resamples = np.asarray(scores)[rng.integers(0, len(scores), size=(reps, len(scores)))]
+    numpy_ci = np.percentile(statistic(resamples, axis=1), [2.5, 97.5])
+    assert _within(numpy_ci, bands) and _close(got, numpy_ci, bands), (got, numpy_ci, bands)
+    # the checks tell a 95% interval from the range or a 68% interval (the looser one only
+    # for the mean: the IQM of 5 seeds takes too few values)
+    for wrong in ([min(scores), max(scores)], np.quantile(exact, [0.16, 0.84])):
+        assert not _within(wrong, bands), wrong
+        assert key == "iqm" or not _close(wrong, numpy_ci, bands), wrong
+
+
+@needs_rliable
+def test_estimates_are_reproducible_and_leave_numpys_generator_alone():
+    cells = {("ppo", "Alpha"): SCORES["ppo", "Alpha"]}
+    np.random.seed(7)  # noqa: NPY002
+    state = np.random.get_state()  # noqa: NPY002
+    first = aggregate.per_task(cells, reps=200, seed=3)
+    after = np.random.get_state()  # noqa: NPY002
+    assert all(np.array_equal(a, b) for a, b in zip(state, after, strict=True))
+    assert aggregate.per_task(cells, reps=200, seed=3) == first
+    assert aggregate.per_task(cells, reps=200, seed=4) != first
+
+
+# ------------------------------------------------------------- the command
+
+
+def _tiny_inputs(tmp_path: Path) -> tuple[Path, Path, dict]:
+    """2 algorithms x 2 tasks x 4 seeds published, one more run folder of ppo on TaskA (4
+    seeds), and a JSON in the results folder that is not a published result."""
+    scores = {
+        ("ppo", "TaskA"): [10.0, 12.0, 14.0, 30.0],
+        ("trpo", "TaskA"): [20.0, 22.0, 21.0, 19.0],
+        ("ppo", "TaskB"): [0.5, 0.25, 0.75, 1.0],
+        ("trpo", "TaskB"): [0.0, 0.125, 0.375, 0.25],
+    }
+    results = tmp_path / "results"
+    for (algo, task), s in scores.items():
+        _publish(results, algo, task, s)
+    (results / "machine_2core.json").write_text(json.dumps({"benchmark": "x", "rows": []}))
+    run = _run_folder(tmp_path / "runs" / "ppo_more", "ppo", "TaskA", [40.0, 11.0, 13.0, 15.0])
+    return results, run, scores
+
+
+@needs_rliable
+def test_report_end_to_end(tmp_path, capsys):
+    import matplotlib.pyplot as plt
+
+    results, run, scores = _tiny_inputs(tmp_path)
+    anchors = tmp_path / "anchors.yaml"
+    anchors.write_text(
+        "gymnax-blines PPO: {TaskA: 28, Other-MinAtar: 3}\nPureJaxRL: {TaskB: 0.6}\n"
+    )
+    out = tmp_path / "report"
+    previous = plt.get_backend()
+    plt.switch_backend("svg")  # the caller's backend, whatever it is, stays
+    try:
+        code, stdout, stderr = _report([results, run, "--out", out, "--reps", "200",
+                                                  "--anchors", anchors], capsys)  # fmt: skip
+        assert plt.get_backend().lower() == "svg" and plt.get_fignums() == []
+    finally:
+        plt.switch_backend(previous)
+    assert code == 0, stderr
+    names = {p.name for p in out.iterdir()}
+    figures = {"per_task.png", "aggregate.png", "performance_profile.png",
+               "probability_of_improvement.png"}  # fmt: skip
+    assert names == {"report.md", "report.json"} | figures  # no temporary file left
+    for name in figures:
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (out / "report.md").read_text()
+    data = json.loads((out / "report.json").read_text())
+    ppo_a = scores["ppo", "TaskA"] + [40.0, 11.0, 13.0, 15.0]  # the two inputs concatenated
+    assert data["per_task"]["TaskA"]["ppo"]["seeds"] == 8
+    assert data["per_task"]["TaskA"]["ppo"]["iqm"] == pytest.approx(trim_mean(ppo_a, 0.25))
+    assert data["per_task"]["TaskB"]["trpo"]["mean"] == pytest.approx(0.1875)
+    assert data["across_tasks"]["seeds_per_task"] == {"ppo": 4, "trpo": 4}
+    row = {t: next(line for line in md.splitlines() if line.startswith(f"| {t} |"))
+           for t in ("TaskA", "TaskB")}  # fmt: skip
+    assert row["TaskA"].startswith(f"| TaskA | {trim_mean(ppo_a, 0.25):.4g} [")
+    assert "| 8 |" in row["TaskA"] and "| 0.1875 [" in row["TaskB"]  # trpo's mean on TaskB
+    assert row["TaskA"].endswith("| 28 |  |")  # anchor columns: a number, or blank
+    assert row["TaskB"].endswith("|  | 0.6 |")
+    assert "gymnax-blines PPO" in md and "PureJaxRL" in md and "Other-MinAtar" in md
+    for text in ("65,536", "python train.py --config ppo.yaml env=TaskA", "2025-06-01",
+                 "concatenated (4 + 4 = 8)", "use the first 4"):  # fmt: skip
+        assert text in md, text
+    assert "machine_2core" not in md  # not a published result: ignored
+    for figure in figures:
+        assert f"]({figure})" in md
+    assert "| ppo | trpo | " in md and "| trpo | ppo | " in md
+    assert "(--range)" not in md and "min and max of its scores" in md
+    assert row["TaskA"] in stdout and f"report: {out / 'report.md'}" in stdout
+
+
+@needs_rliable
+def test_range_sets_the_normalisation(tmp_path, capsys):
+    results, _, scores = _tiny_inputs(tmp_path)
+    out = tmp_path / "report"
+    code, _, err = _report([results, "--out", out, "--reps", "200", "--range",
+                                      "TaskA=0,100", "--range", "TaskB=0,2"], capsys)  # fmt: skip
+    assert code == 0, err
+    data = json.loads((out / "report.json").read_text())
+    assert data["across_tasks"]["ranges"]["TaskA"] == {"low": 0, "high": 100, "from": "--range"}
+    norm = [s / 100 for s in scores["ppo", "TaskA"]] + [s / 2 for s in scores["ppo", "TaskB"]]
+    got = data["across_tasks"]["metrics"]["ppo"]["IQM"]["value"]
+    assert got == pytest.approx(trim_mean(norm, 0.25))
+    assert "TaskA: low 0, high 100 (--range)" in (out / "report.md").read_text()
+
+
+@needs_rliable
+def test_fewer_than_4_seeds_and_one_task(tmp_path, capsys):
+    run = _run_folder(tmp_path / "run", "ppo", "CartPole-v1", [500.0, 480.0, None, 20.0])
+    out = tmp_path / "report"
+    code, stdout, err = _report([run, "--out", out, "--reps", "200"], capsys)
+    assert code == 0, err
+    note = few_seeds_note(3)  # the seed with no finished episode is left out
+    md = (out / "report.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| CartPole-v1 |"))
+    assert note in row and note in stdout
+    assert "finished no episode" in md
+    assert {p.name for p in out.iterdir()} == {"report.md", "report.json", "per_task.png"}
+    assert md.count("Skipped:") == 2  # across tasks (one task), improvement (one algorithm)
+    # 4 seeds: no note
+    more = _run_folder(tmp_path / "run4", "ppo", "CartPole-v1", [1.0, 2.0, 3.0, 4.0])
+    code, stdout, _ = _report([more, "--out", tmp_path / "r4", "--reps", "50"], capsys)
+    assert code == 0 and "too few" not in stdout
+
+
+BAD = {
+    "missing path": (["{tmp}/nowhere"], "nowhere: no such file or folder"),
+    "no runs": (["{tmp}/empty"], "empty: no runs in it"),
+    "range without numbers": (["{tmp}/results", "--range", "TaskA=1"], "--range: 'TaskA=1'"),
+    "range LO >= HI": (["{tmp}/results", "--range", "TaskA=5,1"], "--range: 'TaskA=5,1'"),
+    "range of no task": (["{tmp}/results", "--range", "Nope=0,1"], "--range: no task 'Nope'"),
+    "anchors not YAML": (["{tmp}/results", "--anchors", "{tmp}/bad.yaml"], "not valid YAML"),
+    "anchor not a number": (["{tmp}/results", "--anchors", "{tmp}/word.yaml"], "is not a number"),
+    "anchors not a mapping": (["{tmp}/results", "--anchors", "{tmp}/list.yaml"], "must hold"),
+    "a sweep": (["{tmp}/sweep"], "sweep/summary.json: a sweep of 2 settings"),
+    "reps": (["{tmp}/results", "--reps", "0"], "--reps: must be a positive integer"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, case):
+    _tiny_inputs(tmp_path)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "anchors.json").write_text('{"label": {"TaskA": 1}}')
+    (tmp_path / "bad.yaml").write_text("a: [1, 2\n")
+    (tmp_path / "word.yaml").write_text("label: {TaskA: abc}\n")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    _run_folder(tmp_path / "sweep", "ppo", "TaskA", [1.0, 2.0], num_settings=2)
+    args, expected = BAD[case]
+    out = tmp_path / "out"
+    argv = [a.format(tmp=tmp_path) for a in args] + ["--out", str(out)]
+    code, stdout, err = _report(argv, capsys)
+    assert code == 2
+    assert len(err.splitlines()) == 1 and expected in err, err
+    assert not out.exists() and stdout == ""
+
+
+def test_without_rliable_one_line_and_status_2(tmp_path, capsys, monkeypatch):
+    results, _, _ = _tiny_inputs(tmp_path)
+    for name in ("rliable", "rliable.library", "rliable.metrics"):
+        monkeypatch.setitem(sys.modules, name, None)  # `import rliable` fails
+    out = tmp_path / "out"
+    code, stdout, err = _report([results, "--out", out], capsys)
+    assert code == 2 and stdout == ""
+    assert err == 'rlax-trpo report: needs rliable: pip install "rlax_trpo[report]"\n'
+    assert not out.exists()
+
+
+@needs_rliable
+def test_a_failure_while_drawing_leaves_no_file(tmp_path, capsys, monkeypatch):
+    from rlax_trpo import aggregate_plots
+
+    results, _, _ = _tiny_inputs(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.md").write_text("the earlier report\n")
+
+    def broken(report, path):
+        path.write_bytes(b"half a figure")
+        raise RuntimeError("drawing failed")
+
+    monkeypatch.setattr(aggregate_plots, "_profile_figure", broken)
+    with pytest.raises(RuntimeError, match="drawing failed"):
+        cli.main(["report", str(results), "--out", str(out), "--reps", "20"])
+    assert [p.name for p in out.iterdir()] == ["report.md"]
+    assert (out / "report.md").read_text() == "the earlier report\n"
+    fresh = tmp_path / "fresh"
+    with pytest.raises(RuntimeError, match="drawing failed"):
+        cli.main(["report", str(results), "--out", str(fresh), "--reps", "20"])
+    assert not fresh.exists()
+
+
+def test_the_report_modules_import_neither_jax_nor_rliable_nor_matplotlib():
+    code = (
+        "import sys, rlax_trpo.aggregate, rlax_trpo.aggregate_plots, rlax_trpo.cli\n"
+        "print(sorted(m for m in ('jax', 'rliable', 'matplotlib') if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_help_lists_report(capsys):
+    assert cli.main(["--help"]) == 0
+    assert any(line.startswith("  report ") for line in capsys.readouterr().out.splitlines())
+    with pytest.raises(SystemExit):
+        cli.main(["report", "--help"])
+    assert "--anchors" in capsys.readouterr().out

@@ -1,0 +1,105 @@
+"""Cheap resets (`reset_ratio`): finished environments restart from a pool of fresh states.
+
+Where the reset is deterministic the pooled rollout is the ordinary one, step for step; where
+it is random, new episodes still start from the reset distribution, environments that end
+together get distinct fresh states while the pool lasts, and episode statistics match.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from probe_envs import register_probes
+
+from rlax_trpo import Config, make_trainer
+from rlax_trpo.envs import make_env, register_env
+from rlax_trpo.errors import ConfigError
+from rlax_trpo.rollout import EnvCarry, collect, fresh_episodes, pooled_step, reset_envs
+
+
+def _uniform_policy(num_actions):
+    import distrax
+
+    return lambda obs: distrax.Categorical(logits=jnp.zeros(obs.shape[:1] + (num_actions,)))
+
+
+def _rollout(env, num_envs, num_steps, reset_ratio, key=0):
+    obs, state = reset_envs(env, jax.random.key(key), num_envs)
+    carry = EnvCarry(state, obs, fresh_episodes(num_envs))
+    policy = _uniform_policy(env.spec.num_actions)
+    run = jax.jit(lambda k: collect(env, policy, carry, k, num_steps, reset_ratio=reset_ratio))
+    return run(jax.random.key(key + 1))
+
+
+@pytest.mark.parametrize("probe", ["Probe-two_step", "Probe-timelimit"])
+def test_with_a_deterministic_reset_the_pooled_rollout_is_the_ordinary_one(probe):
+    register_probes()
+    env = make_env(probe)
+    plain = _rollout(env, 8, 40, 1)
+    pooled = _rollout(env, 8, 40, 4)
+    assert int(plain.done.sum()) > 8  # episodes do end, and restart
+    for name in ("obs", "action", "reward", "terminated", "truncated", "final_obs"):
+        np.testing.assert_array_equal(
+            getattr(pooled.trajectory, name), getattr(plain.trajectory, name), err_msg=name
+        )
+    np.testing.assert_array_equal(pooled.finished_return, plain.finished_return)
+    np.testing.assert_array_equal(pooled.finished_length, plain.finished_length)
+
+
+def test_new_episodes_start_from_the_reset_distribution():
+    """CartPole resets every state variable uniformly in [-0.05, 0.05]. With a pool of 1/8
+    of the width, the first observation of every new episode is still such a draw: inside
+    the range, mean 0 and standard deviation 0.1 / sqrt(12); a rollout that forgot to reset
+    would show the terminal states (|angle| > 0.2 or |x| > 2.4)."""
+    env = make_env("CartPole-v1")
+    ro = _rollout(env, 64, 200, 8)
+    done = np.asarray(ro.done[:-1])
+    starts = np.asarray(ro.trajectory.obs[1:])[done]  # the step after an episode ended
+    assert len(starts) > 300
+    assert np.abs(starts).max() <= 0.05
+    np.testing.assert_allclose(starts.mean(0), 0.0, atol=0.01)
+    np.testing.assert_allclose(starts.std(0), 0.1 / np.sqrt(12), rtol=0.15)
+    # Episode lengths under the uniform policy: the same distribution as resetting each env.
+    plain = _rollout(env, 64, 200, 1, key=5)
+    lengths = lambda r: np.asarray(r.finished_length)[np.asarray(r.done)]
+    np.testing.assert_allclose(lengths(ro).mean(), lengths(plain).mean(), rtol=0.1)
+
+
+def test_environments_ending_together_take_distinct_fresh_states_while_the_pool_lasts():
+    env = make_env("CartPole-v1")
+    num_envs, ratio = 16, 4
+    step = jax.jit(pooled_step(env, num_envs, ratio))
+    _, state = reset_envs(env, jax.random.key(0), num_envs)
+    # push every pole over: after some steps of action 1 many environments end at once
+    action = jnp.ones((num_envs,), jnp.int32)
+    for t in range(30):
+        res = step(jax.random.key(100 + t), state, action)
+        done = np.asarray(res.terminated | res.truncated)
+        if done.sum() >= 2:
+            break
+        state = res.state
+    starts = np.asarray(res.obs)[done]
+    assert 2 <= done.sum()
+    distinct = len({tuple(row) for row in starts.round(7)})
+    assert distinct == min(int(done.sum()), num_envs // ratio)
+    np.testing.assert_array_equal(np.asarray(res.obs)[~done], np.asarray(res.final_obs)[~done])
+
+
+def test_reset_ratio_is_checked():
+    with pytest.raises(ConfigError, match="reset_ratio: 3 does not divide num_envs = 8"):
+        Config.create(algorithm="ppo", num_envs=8, reset_ratio=3)
+    grpo = Config.create(
+        algorithm="grpo", env="CartPole-v1", num_envs=8, num_steps=16, group_size=4,
+        num_minibatches=1, reset_ratio=2,
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="reset_ratio: grpo collects its own rollouts"):
+        make_trainer(grpo)
+    # a ready-made Env of a user's that gives no transition without reset
+    register_env(
+        "CartPole-no-transition", lambda: make_env("CartPole-v1")._replace(transition=None)
+    )
+    bare = Config.create(algorithm="ppo", env="CartPole-no-transition", num_envs=8, reset_ratio=2)
+    with pytest.raises(ConfigError, match="reset_ratio: CartPole-no-transition gives no step"):
+        make_trainer(bare)
