@@ -67,8 +67,20 @@ SMOKE = {
          "hidden_sizes=[8]"],
         (),
     ),
+    "reset_ratio.py": (
+        [PY, "benchmarks/reset_ratio.py", "--config", "ppo_cartpole", "--ratios", "1", "4",
+         "--iterations", "1", "--repeats", "1", "--env-steps", "4", "num_envs=16", "num_steps=8",
+         "hidden_sizes=[16]", "num_minibatches=1"],
+        (),
+    ),
     "shuffle.py": ([PY, "benchmarks/shuffle.py", "--sizes", "256", "--iters", "10", "--repeats",
                     "1"], ()),
+    "standard_tables.py": (
+        [PY, "benchmarks/standard_tables.py", "minatar", "--algos", "ppo", "--games",
+         "Breakout-MinAtar", "--budget", "32768", "--seeds", "2", "--runs", "{out}/runs",
+         "--results", "{out}/results", "num_envs=16", "num_steps=64", "hidden_sizes=[16]"],
+        (),
+    ),
     "stress.py": (
         [PY, "benchmarks/stress.py", "--programs", "ppo", "--devices", "2", "--repeats", "1"],
         (),

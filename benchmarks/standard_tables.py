@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=Path, default=ROOT / "runs" / "standard_tables")
     p.add_argument("--results", type=Path, help="default: benchmarks/results/<table>")
     p.add_argument("overrides", nargs="*", metavar="key=value")
-    args = p.parse_args(argv)
+    args = p.parse_intermixed_args(argv)  # overrides may follow the options
     configs, tasks = TABLES[args.table]
     args.results = args.results or ROOT / "benchmarks" / "results" / args.table
     args.runs = args.runs / args.table

@@ -50,6 +50,7 @@ def test_time_limit_is_a_truncation_and_the_observations_are_craftaxs(classic):
     np.testing.assert_allclose(obs, raw_obs, rtol=1e-6)
     raw_step = jax.jit(lambda k, s, a: raw.step_env(k, s, a, params))
     actions = [5, 5, 2, 1, 0, 5]  # do, do, right, left, noop, do
+    total = 0.0
     for t, a in enumerate(actions):
         key = jax.random.key(10 + t)
         res = step(key, state, jnp.asarray(a))
@@ -60,7 +61,11 @@ def test_time_limit_is_a_truncation_and_the_observations_are_craftaxs(classic):
         if t < 5:
             assert not bool(res.terminated | res.truncated) and not bool(raw_done)
             np.testing.assert_allclose(res.obs, raw_obs, rtol=1e-6)
+            total += float(raw_reward)
+            np.testing.assert_allclose(res.state.episode_return, total, rtol=1e-6)
             state = res.state
+        if t == 4:  # 3 more carried into the last step: its score is the episode's return
+            state = state._replace(episode_return=state.episode_return + 3.0)
     assert bool(res.truncated) and not bool(res.terminated) and bool(raw_done)
     np.testing.assert_allclose(res.obs, env.reset(k_reset)[0], rtol=1e-6)  # a fresh world
     assert int(res.state.inner.timestep) == 0 and float(res.state.episode_return) == 0.0

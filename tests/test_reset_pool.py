@@ -103,3 +103,47 @@ def test_reset_ratio_is_checked():
     bare = Config.create(algorithm="ppo", env="CartPole-no-transition", num_envs=8, reset_ratio=2)
     with pytest.raises(ConfigError, match="reset_ratio: CartPole-no-transition gives no step"):
         make_trainer(bare)
+
+
+def _start_recorder(length: int):
+    """Episodes of `length` steps from a random start `s ~ U(0, 1)`; the episode that ends
+    reports `start = s` and `start_sq = s**2` as its figures (`StepResult.info`)."""
+    from rlax_trpo.envs.base import Env, EnvSpec, StepResult, auto_reset
+
+    def reset(key):
+        s = jax.random.uniform(key)
+        return jnp.array([s]), (s, jnp.asarray(0))
+
+    def transition(key, state, action):
+        s, t = state
+        t = t + 1
+        obs = jnp.array([s])
+        info = {"start": s, "start_sq": s**2}
+        end = t >= length
+        return StepResult(obs, (s, t), jnp.asarray(0.0), end, jnp.asarray(False), obs, info)
+
+    spec = EnvSpec(obs_shape=(1,), discrete=True, num_actions=2, max_episode_steps=length)
+    return Env(reset, auto_reset(transition, reset), spec, "StartRecorder", None, transition)
+
+
+@pytest.mark.parametrize("ratio", [1, 8])
+def test_the_training_loop_takes_its_fresh_states_from_the_pool(ratio):
+    """8 environments whose episodes all end together every iteration. With a pool of one
+    fresh state per step (ratio 8) every new episode of an iteration has the same start, so
+    (sum of starts)^2 = 8 * (sum of squared starts); each environment resetting on its own
+    (ratio 1) draws 8 different starts, and the equality fails."""
+    from rlax_trpo import load_config, run
+
+    register_env("StartRecorder", lambda: _start_recorder(16))
+    config = load_config(
+        None,
+        ["env=StartRecorder", "num_envs=8", "num_steps=16", "total_env_steps=640",
+         f"reset_ratio={ratio}", "num_epochs=1", "num_minibatches=1", "hidden_sizes=[8]",
+         "eval_episodes=1"],
+    )  # fmt: skip
+    result = run(config, seeds=1, out=None, progress=False)
+    total = np.asarray(result.metrics["episode/start_sum"]).reshape(-1)[1:]  # after the first
+    squares = np.asarray(result.metrics["episode/start_sq_sum"]).reshape(-1)[1:]
+    assert len(total) == 4 and (squares > 0).all()
+    same = np.isclose(total**2, 8 * squares, rtol=1e-4)
+    assert same.all() if ratio == 8 else not same.any()
