@@ -2,8 +2,8 @@
 # Wheels that a GPU machine with jax, flax, optax, chex and orbax already installed (Python
 # 3.12, no network) lacks to run this project, its tests and benchmarks/gpu_suite.py, and
 # the project's own wheel, into wheelhouse/ (git-ignored). jax, jaxlib and CUDA are never
-# fetched. Optional suites (Brax, MuJoCo Playground, Jumanji) are left out: their tests and
-# configs skip without them.
+# fetched. Craftax is brought for the Craftax-1M table; the other optional suites (Brax, MuJoCo
+# Playground, Jumanji) are left out: their tests and configs skip without them.
 #
 #   benchmarks/gpu_wheels.sh [PUREJAXRL]
 #
@@ -38,6 +38,7 @@ packages=(
     gymnax==1.0.1 gymnasium==1.3.0 farama-notifications==0.0.6
     distrax==0.1.9 tfp-nightly==0.26.0.dev20261027 dm-tree==0.1.10 decorator==5.3.1 gast==0.7.0
     pydantic==2.14.3 pydantic-core==2.50.4 annotated-types==0.8.0 typing-inspection==0.4.5
+    craftax==1.6.1 imageio==2.38.1  # the Craftax-1M table (its environments need no pygame)
 )
 platforms=()
 for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 \
