@@ -71,8 +71,10 @@ def _lapack_calls(fn, *args) -> set[str]:
 # and triangular solves; `platform.setup_cpu` (conftest) lowers those without LAPACK too.
 # Both suites and both algorithms are audited on their cheapest model; the other physics
 # configs run the same code on heavier models (lowering them takes about 100 s more).
-PHYSICS = {"brax/": "brax", "playground/": "mujoco_playground"}
-AUDITED_PHYSICS = ("ppo_brax_inverted_pendulum.yaml", "trpo_playground_cartpole_balance.yaml")
+# Craftax likewise: PPO's config only (TRPO's runs the same world step).
+PHYSICS = {"brax/": "brax", "playground/": "mujoco_playground", "craftax/": "craftax"}
+AUDITED_PHYSICS = ("ppo_brax_inverted_pendulum.yaml", "trpo_playground_cartpole_balance.yaml",
+                   "ppo_craftax.yaml")
 CONFIGS = sorted(
     p.name
     for p in (ROOT / "configs").glob("*.yaml")

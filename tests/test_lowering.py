@@ -9,7 +9,8 @@ conftest) registers CPU-only lowering rules (straight-line threefry, LAPACK-free
 algebra); a GPU or TPU program must not pick them up, and a CPU-only call must not reach one.
 Progress callbacks are left out (a host callback lowers only for the running backend's
 platform); programs are built without one, as `make_program(config)` does by default.
-Physics configs (Brax, MuJoCo Playground) take 10-60 s each to trace and are marked slow.
+Physics configs (Brax, MuJoCo Playground) and Craftax take 10-60 s each to trace and are
+marked slow.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from rlax_trpo.program import make_program
 
 PLATFORMS = ("cuda", "tpu")
 CPU_ONLY = re.compile(r"lapack|ducc|cpu", re.IGNORECASE)
-SUITES = {"brax/": "brax", "playground/": "mujoco_playground", "jumanji/": "jumanji"}
+SUITES = {"brax/": "brax", "playground/": "mujoco_playground", "jumanji/": "jumanji",
+          "craftax/": "craftax"}
 PHYSICS = ("brax/", "playground/")
+HEAVY = (*PHYSICS, "craftax/")  # slow to trace: one config per suite unless LOWER_ALL
 
 
 def custom_call_targets(text: str) -> set[str]:
@@ -71,8 +74,9 @@ def lowered_programs(program, platforms=PLATFORMS, population: int = 2) -> dict[
 
 # MuJoCo physics: each suite is lowered with one algorithm on its cheapest model (PPO and
 # TRPO share the physics step, and the other models run the same code; lowering all eight
-# physics configs costs about 3 CPU-minutes). RLAX_TRPO_LOWER_ALL=1 lowers every config.
-AUDITED_PHYSICS = ("ppo_brax_inverted_pendulum", "trpo_playground_cartpole_balance")
+# physics configs costs about 3 CPU-minutes). Craftax likewise: PPO's config only (TRPO's runs
+# the same world step). RLAX_TRPO_LOWER_ALL=1 lowers every config.
+AUDITED_HEAVY = ("ppo_brax_inverted_pendulum", "trpo_playground_cartpole_balance", "ppo_craftax")
 LOWER_ALL = os.environ.get("RLAX_TRPO_LOWER_ALL") == "1"
 
 
@@ -80,9 +84,9 @@ def _params():
     out = []
     for name in bundled_config_names():
         env = yaml.safe_load(find_config(name).read_text()).get("env") or ""
-        marks = [pytest.mark.slow] if env.startswith(PHYSICS) else []
-        if env.startswith(PHYSICS) and name not in AUDITED_PHYSICS and not LOWER_ALL:
-            marks.append(pytest.mark.skip(reason="the same physics step as an audited config; "
+        marks = [pytest.mark.slow] if env.startswith(HEAVY) else []
+        if env.startswith(HEAVY) and name not in AUDITED_HEAVY and not LOWER_ALL:
+            marks.append(pytest.mark.skip(reason="the same env step as an audited config; "
                                           "RLAX_TRPO_LOWER_ALL=1 lowers it too"))  # fmt: skip
         for prefix, module in SUITES.items():
             if env.startswith(prefix) and importlib.util.find_spec(module) is None:
