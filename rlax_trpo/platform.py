@@ -52,6 +52,21 @@ LAPACK_PRIMITIVES = ("cholesky_p", "triangular_solve_p", "lu_p", "geqrf_p", "hou
 _FORCE_FLAG = "--xla_force_host_platform_device_count"
 
 
+def cpu_name() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo's "model name"; else `platform.processor()`),
+    which with the device count decides whether a CPU run reproduces another bit for bit."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine() or "unknown"
+
+
 def usable_cores() -> int:
     """The CPUs this process may run on (its affinity mask), else `os.cpu_count()`."""
     if hasattr(os, "sched_getaffinity"):

@@ -314,6 +314,14 @@ MUTANTS = [
     M("craftax-score-of-last-reward", "rlax_trpo/envs/craftax_suite.py",
       "100.0 * episode_return / best", "100.0 * reward / best",
       ("tests/test_craftax.py", "-k", "time_limit")),
+    M("report-normalisation-without-low", "rlax_trpo/aggregate.py",
+      "normalised = {a: (m - lo) / width for a, m in matrices.items()}",
+      "normalised = {a: m / width for a, m in matrices.items()}",
+      ("tests/test_aggregate.py",)),
+    M("report-improvement-reversed", "rlax_trpo/aggregate.py",
+      "(matrices[x], matrices[y]) for x in matrices",
+      "(matrices[y], matrices[x]) for x in matrices",
+      ("tests/test_aggregate.py",)),
 ]  # fmt: skip
 
 

@@ -147,3 +147,8 @@ def test_the_training_loop_takes_its_fresh_states_from_the_pool(ratio):
     assert len(total) == 4 and (squares > 0).all()
     same = np.isclose(total**2, 8 * squares, rtol=1e-4)
     assert same.all() if ratio == 8 else not same.any()
+    # the summary's figure per seed: the mean over the episodes of the last iteration (10%)
+    figures = result.summary["final_episode_figures_per_seed"]
+    assert set(figures) == {"start", "start_sq"}
+    np.testing.assert_allclose(figures["start"][0], total[-1] / 8, rtol=1e-5)
+    np.testing.assert_allclose(figures["start_sq"][0], squares[-1] / 8, rtol=1e-5)
