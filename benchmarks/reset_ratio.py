@@ -38,7 +38,7 @@ from rlax_trpo.config import load_config
 from rlax_trpo.envs import make_env
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.program import make_program
-from rlax_trpo.rollout import pooled_step, reset_envs
+from rlax_trpo.rollout import batched_step, reset_envs
 
 DEFAULT_OVERRIDES = ["num_envs=256", "num_steps=32", "hidden_sizes=[64,64]"]
 
@@ -46,11 +46,7 @@ DEFAULT_OVERRIDES = ["num_envs=256", "num_steps=32", "hidden_sizes=[64,64]"]
 def env_only(env_name: str, env_kwargs: dict, num_envs: int, ratio: int, steps: int) -> float:
     """Random actions through the batched step (pooled resets when `ratio > 1`)."""
     env = make_env(env_name, env_kwargs)
-    if ratio > 1:
-        step = pooled_step(env, num_envs, ratio)
-    else:
-        one = jax.vmap(env.step)
-        step = lambda k, s, a: one(jax.random.split(k, num_envs), s, a)
+    step = batched_step(env, num_envs, ratio)
 
     def run(key):
         _, state = reset_envs(env, key, num_envs)
@@ -129,9 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     base = next((row for row in rows if row["reset_ratio"] == 1), None)
     for row in rows:
         if base is not None:
-            row["speedup_over_ratio_1"] = (
-                row["env_steps_per_second"] / base["env_steps_per_second"]
-            )
+            row["speedup_over_ratio_1"] = row["env_steps_per_second"] / base["env_steps_per_second"]
     publish("reset_ratio", {"config": args.config, "overrides": overrides, "results": rows},
             args.json)  # fmt: skip
     return 0

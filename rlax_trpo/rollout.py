@@ -86,6 +86,16 @@ def pooled_step(env: Env, num_envs: int, reset_ratio: int) -> Callable[..., Any]
     return step
 
 
+def batched_step(env: Env, num_envs: int, reset_ratio: int = 1) -> Callable[..., Any]:
+    """`step(key, states, actions) -> StepResult` over `[num_envs]` environments: each
+    environment resetting on its own (`env.step`), or from a pool of fresh states when
+    `reset_ratio > 1` (`pooled_step`)."""
+    if reset_ratio > 1:
+        return pooled_step(env, num_envs, reset_ratio)
+    step_one = jax.vmap(env.step)
+    return lambda key, state, action: step_one(jax.random.split(key, num_envs), state, action)
+
+
 def fresh_episodes(num_envs: int) -> EpisodeStats:
     """Zeroed running episode return and length for `num_envs` environments."""
     return EpisodeStats(jnp.zeros((num_envs,)), jnp.zeros((num_envs,), jnp.int32))
@@ -110,11 +120,7 @@ def collect(
     fresh states per step (`pooled_step`) instead of each resetting on its own.
     """
     num_envs = carry.obs.shape[0]
-    if reset_ratio > 1:
-        step_env = pooled_step(env, num_envs, reset_ratio)
-    else:
-        step_one = jax.vmap(env.step)
-        step_env = lambda k, state, action: step_one(jax.random.split(k, num_envs), state, action)
+    step_env = batched_step(env, num_envs, reset_ratio)
     with_memory = carry.memory is not None
 
     def step(carry, step_key):
