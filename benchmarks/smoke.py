@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from rlax_trpo.platform import FAST_COMPILE_XLA_FLAGS
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -123,6 +126,8 @@ def main() -> int:
         return 1
     chosen = [s for s in scripts() if not args.words or any(w in s for w in args.words)]
     failed = []
+    # A smoke run's figures mean nothing, so its programs compile with the fast-compile flags.
+    env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE_XLA_FLAGS}"}
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-smoke-") as out:
         for name in chosen:
@@ -134,7 +139,7 @@ def main() -> int:
             cmd = [c.replace("{out}", out) for c in command]
             t0 = time.perf_counter()
             try:
-                proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
+                proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env,
                                       timeout=args.timeout)  # fmt: skip
                 code, tail = proc.returncode, (proc.stdout + proc.stderr).strip()[-1500:]
             except subprocess.TimeoutExpired:

@@ -1,10 +1,37 @@
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 # Tests import helpers (probe environments) from this folder.
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("RLAX_TRPO_SMALL", "1")
+
+# One persistent XLA compilation cache for the whole test run: the xdist workers, the train.py
+# processes the tests start, notebook kernels and tests/mutants.py's copies all inherit this
+# environment, so a program that several tests compile (the same config, env and shapes) is
+# compiled once and then read back (tests/test_trpo.py alone: 98 s cold, 34 s warm). The key is
+# the program itself (HLO without source locations), compile options, XLA flags and the jax
+# version, so changed code, a mutant included, never reads another program's executable.
+# Set JAX_COMPILATION_CACHE_DIR yourself to choose the folder, or to "" to turn it off.
+_CACHE = Path(tempfile.gettempdir()) / f"rlax-trpo-tests-jax-cache-{os.getuid()}"
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(_CACHE))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
+from rlax_trpo.platform import FAST_COMPILE_XLA_FLAGS  # noqa: E402 (imports no jax)
+
+# XLA:CPU compile options for the test run: on this suite's programs (small networks, a few
+# environments, many distinct shapes) compiling costs far more than running, and these flags
+# (rlax_trpo.platform.FAST_COMPILE_XLA_FLAGS) compile in about 0.6x the time. Only the
+# generated code changes, not what it computes; results can differ in the last bits from a
+# user's default build, so the one test that compares against committed notebook outputs runs
+# without them (tests that start processes pass them on). RLAX_TRPO_TEST_XLA_FLAGS="" turns
+# them off.
+FAST_COMPILE = os.environ.get("RLAX_TRPO_TEST_XLA_FLAGS", FAST_COMPILE_XLA_FLAGS)
+# (xdist workers import this file again with the environment set here: keep the user's own.)
+USER_XLA_FLAGS = os.environ.setdefault("RLAX_TRPO_USER_XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
+os.environ["XLA_FLAGS"] = f"{USER_XLA_FLAGS} {FAST_COMPILE}".strip()
 
 # Before any test starts JAX's backend (notebook kernels inherit the environment too).
 from rlax_trpo.platform import setup_cpu  # noqa: E402
@@ -12,6 +39,7 @@ from rlax_trpo.platform import setup_cpu  # noqa: E402
 setup_cpu()  # before JAX starts: one CPU device per core (rlax_trpo/platform.py)
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 # Start the backend now, so every test in this process sees the same devices (in-process
 # `train.main(["--devices", N])` can no longer change the count).
@@ -38,3 +66,17 @@ def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     order = {item: i for i, item in enumerate(items)}
     items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), order[item]))
+
+
+@pytest.fixture
+def no_compilation_cache():
+    """Every program in the test is compiled by XLA, none read from the persistent cache (for
+    tests that count compilations)."""
+    from jax.experimental.compilation_cache import compilation_cache
+
+    before = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()
+    yield
+    jax.config.update("jax_enable_compilation_cache", before)
+    compilation_cache.reset_cache()

@@ -12,6 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import conftest
 import numpy as np
 import pytest
 
@@ -60,7 +61,7 @@ def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("devices")
     env = {
         **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+        "XLA_FLAGS": f"{conftest.FAST_COMPILE} --xla_force_host_platform_device_count=4",
         "JAX_PLATFORMS": "cpu",
         "PYTHONPATH": str(ROOT),
     }
@@ -170,8 +171,8 @@ HLO_SCRIPT = textwrap.dedent("""
 
 
 def test_data_parallel_update_gathers_nothing():
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
-           "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}  # fmt: skip
+    flags = f"{conftest.FAST_COMPILE} --xla_force_host_platform_device_count=4"
+    env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", HLO_SCRIPT], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]

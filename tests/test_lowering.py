@@ -29,8 +29,12 @@ from rlax_trpo.program import make_program
 
 PLATFORMS = ("cuda", "tpu")
 CPU_ONLY = re.compile(r"lapack|ducc|cpu", re.IGNORECASE)
-SUITES = {"brax/": "brax", "playground/": "mujoco_playground", "jumanji/": "jumanji",
-          "craftax/": "craftax"}
+SUITES = {
+    "brax/": "brax",
+    "playground/": "mujoco_playground",
+    "jumanji/": "jumanji",
+    "craftax/": "craftax",
+}
 PHYSICS = ("brax/", "playground/")
 HEAVY = (*PHYSICS, "craftax/")  # slow to trace: one config per suite unless LOWER_ALL
 

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import conftest
 import numpy as np
 import pytest
 
@@ -22,8 +23,8 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gl
 
 
 def _env(devices: int) -> dict:
-    return {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
-            "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}  # fmt: skip
+    flags = f"{conftest.FAST_COMPILE} --xla_force_host_platform_device_count={devices}"
+    return {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
 
 
 def _free_port() -> int:

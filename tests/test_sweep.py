@@ -61,7 +61,7 @@ def _backend_compiles(argv) -> list[str]:
     return compiled
 
 
-def test_a_sweep_compiles_no_more_programs_than_one_member(tmp_path):
+def test_a_sweep_compiles_no_more_programs_than_one_member(tmp_path, no_compilation_cache):
     # 3 settings x 4 seeds run in the same programs as a single member: no per-member compile.
     sweep = ["--seeds", "4", "--sweep", "hp.learning_rate=1e-4,3e-4,1e-3"]
     many = _backend_compiles([*sweep, *TINY, "--out", str(tmp_path / "many")])
