@@ -46,8 +46,10 @@ def test_time_limit_is_a_truncation_and_the_observations_are_craftaxs(classic):
     raw, params = _raw(max_timesteps=6)
     assert env.spec.obs_shape == (1345,) and env.spec.num_actions == 17
     assert env.spec.max_episode_steps == 6
-    obs, state = env.reset(jax.random.key(3))
-    raw_obs, raw_state = raw.reset_env(jax.random.key(3), params)
+    # Resets jitted: eagerly, world generation dispatches (and compiles) op by op.
+    reset = jax.jit(env.reset)
+    obs, state = reset(jax.random.key(3))
+    raw_obs, raw_state = jax.jit(raw.reset_env)(jax.random.key(3), params)
     np.testing.assert_allclose(obs, raw_obs, rtol=1e-6)
     raw_step = jax.jit(lambda k, s, a: raw.step_env(k, s, a, params))
     actions = [5, 5, 2, 1, 0, 5]  # do, do, right, left, noop, do
@@ -68,7 +70,7 @@ def test_time_limit_is_a_truncation_and_the_observations_are_craftaxs(classic):
         if t == 4:  # 3 more carried into the last step: its score is the episode's return
             state = state._replace(episode_return=state.episode_return + 3.0)
     assert bool(res.truncated) and not bool(res.terminated) and bool(raw_done)
-    np.testing.assert_allclose(res.obs, env.reset(k_reset)[0], rtol=1e-6)  # a fresh world
+    np.testing.assert_allclose(res.obs, reset(k_reset)[0], rtol=1e-6)  # a fresh world
     assert int(res.state.inner.timestep) == 0 and float(res.state.episode_return) == 0.0
     unlocked = np.asarray(raw_state.achievements, np.float32)
     assert float(res.info["achievements"]) == unlocked.sum()
