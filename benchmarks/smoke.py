@@ -6,14 +6,15 @@ published ones come from the commands in each script's docstring.
     python benchmarks/smoke.py            # every script
     python benchmarks/smoke.py shuffle    # the scripts whose names contain these words
 
-Each script runs as its own process under a time limit, in a scratch folder for its
-outputs. Exit status 1 if any failed; a script whose optional suite (Brax, MuJoCo
-Playground) is not installed is reported as skipped.
+Each script runs as its own process under a time limit, two at a time (`--jobs`), in a
+scratch folder for its outputs. Exit status 1 if any failed; a script whose optional suite
+(Brax, MuJoCo Playground) is not installed is reported as skipped.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import importlib.util
 import os
 import subprocess
@@ -119,6 +120,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("words", nargs="*", help="only scripts whose names contain these")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per script")
+    parser.add_argument(
+        "--jobs", type=int, default=2, help="scripts run at a time, each its own process"
+    )
     args = parser.parse_args()
     missing = sorted(set(scripts()) - set(SMOKE))
     if missing:
@@ -130,12 +134,12 @@ def main() -> int:
     env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE_XLA_FLAGS}"}
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-smoke-") as out:
-        for name in chosen:
+
+        def smoke(name: str) -> tuple[str, object, str, float]:
             command, needs = SMOKE[name]
             absent = [m for m in needs if importlib.util.find_spec(m) is None]
             if absent:
-                print(f"skipped {name:22s} ({', '.join(absent)} not installed)", flush=True)
-                continue
+                return name, "skipped", f"{', '.join(absent)} not installed", 0.0
             cmd = [c.replace("{out}", out) for c in command]
             t0 = time.perf_counter()
             try:
@@ -144,11 +148,19 @@ def main() -> int:
                 code, tail = proc.returncode, (proc.stdout + proc.stderr).strip()[-1500:]
             except subprocess.TimeoutExpired:
                 code, tail = "timeout", f"no result within {args.timeout:.0f} s"
-            word = "ok     " if code == 0 else "FAILED "
-            print(f"{word} {name:22s} {time.perf_counter() - t0:6.1f} s", flush=True)
-            if code != 0:
-                failed.append(name)
-                print("    " + tail.replace("\n", "\n    "), flush=True)
+            return name, code, tail, time.perf_counter() - t0
+
+        # Most of a smoke run is compiling, which takes one core: run `--jobs` at a time.
+        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+            for name, code, tail, seconds in pool.map(smoke, chosen):
+                if code == "skipped":
+                    print(f"skipped {name:22s} ({tail})", flush=True)
+                    continue
+                word = "ok     " if code == 0 else "FAILED "
+                print(f"{word} {name:22s} {seconds:6.1f} s", flush=True)
+                if code != 0:
+                    failed.append(name)
+                    print("    " + tail.replace("\n", "\n    "), flush=True)
     minutes = (time.perf_counter() - start) / 60
     print(f"{len(chosen) - len(failed)} of {len(chosen)} benchmark scripts ran ({minutes:.1f} min)")
     return 1 if failed else 0

@@ -186,7 +186,7 @@ MUTANTS = [
       ("tests/test_platform.py", "-k", "linear_algebra")),
     M("lapack-in-physics-programs", "rlax_trpo/platform.py",
       '"cholesky_p", "triangular_solve_p", ', '',
-      ("tests/test_initializers.py", "-k", "brax or playground")),
+      ("tests/test_lowering.py", "-k", "brax or playground")),
     M("policy-act-skips-normalisation", "rlax_trpo/policy.py",
       "        if self.config.normalize_obs:\n"
       "            obs = self.state.obs_stats.normalize(obs)\n        dist",

@@ -288,7 +288,13 @@ def test_one_diverging_setting_leaves_the_others_unchanged(tmp_path, capsys):
         truncated = run(before, hps, m["iteration"])[0].params if m["iteration"] else before.params
         for a, b in zip(jax.tree.leaves(saved), jax.tree.leaves(truncated), strict=True):
             assert np.isfinite(a[m["member"]]).all()
-            np.testing.assert_allclose(a[m["member"]], b[m["member"]], rtol=1e-5, atol=1e-7)
+            # Updates of learning rate 1e38 take the values to 1e37 and amplify the two
+            # programs' differences in rounding to parts in 1e5 of that scale; the parameters
+            # of another iteration would differ by the scale itself.
+            scale = float(np.abs(b[m["member"]]).max())
+            np.testing.assert_allclose(
+                a[m["member"]], b[m["member"]], rtol=1e-3, atol=1e-3 * scale + 1e-7
+            )
 
 
 @pytest.mark.parametrize("at_call", [1, 2])

@@ -1,15 +1,12 @@
-"""The LAPACK-free orthogonal initialiser equals flax's, and no training program calls LAPACK.
+"""The LAPACK-free orthogonal initialiser equals flax's, and network initialisation traces no
+linear algebra.
 
 A vmapped LAPACK QR (flax's orthogonal initialiser, one network per seed) deadlocks jaxlib's
-CPU runtime (docs/cpu_qr_deadlock.md), so the audit below lowers the vmapped init and
-training programs of every algorithm and of the language model and looks for LAPACK custom
-calls (QR, SVD, Cholesky, eigh, LU all lower to `lapack_*` targets on CPU). Physics suites
-call Cholesky and triangular solves in every step; with several CPU devices
-`rlax_trpo.platform.setup_cpu` lowers those as plain HLO (docs/cpu_lapack_deadlock.md), so
-their programs are audited whole too.
+CPU runtime (docs/cpu_qr_deadlock.md). tests/test_lowering.py lowers the vmapped init,
+training and evaluation programs of every bundled config (every algorithm, the language model,
+the physics suites) and asserts that none calls LAPACK on the CPU.
 """
 
-import importlib.util
 import re
 from pathlib import Path
 
@@ -60,54 +57,6 @@ def test_vmapped_equals_per_key():
 def test_rejects_vectors():
     with pytest.raises(ValueError, match="rank >= 2"):
         orthogonal()(jax.random.key(0), (5,))
-
-
-def _lapack_calls(fn, *args) -> set[str]:
-    text = jax.jit(fn).lower(*args).as_text()
-    return {t for t in re.findall(r"custom_call @(\w+)", text) if "lapack" in t}
-
-
-# MuJoCo physics (Brax, Playground's MJX) factorises every env's mass matrix with a Cholesky
-# and triangular solves; `platform.setup_cpu` (conftest) lowers those without LAPACK too.
-# Both suites and both algorithms are audited on their cheapest model; the other physics
-# configs run the same code on heavier models (lowering them takes about 100 s more).
-# Craftax calls no linear algebra (its world generation's one jax.scipy call is a direct
-# convolution); it is left out here, and test_lowering lowers ppo_craftax.
-PHYSICS = {"brax/": "brax", "playground/": "mujoco_playground", "craftax/": "craftax"}
-AUDITED_PHYSICS = ("ppo_brax_inverted_pendulum.yaml", "trpo_playground_cartpole_balance.yaml")
-CONFIGS = sorted(
-    p.name
-    for p in (ROOT / "configs").glob("*.yaml")
-    if "_lm_" not in p.name
-    and (p.name in AUDITED_PHYSICS or not read_yaml(p).get("env", "").startswith(tuple(PHYSICS)))
-)
-
-
-@pytest.mark.parametrize("name", CONFIGS)
-def test_training_programs_call_no_lapack(name):
-    # every algorithm, the MLP and the CNN, Categorical and Gaussian policies, physics
-    raw = read_yaml(ROOT / "configs" / name)
-    module = next((m for k, m in PHYSICS.items() if raw.get("env", "").startswith(k)), None)
-    if module is not None and importlib.util.find_spec(module) is None:
-        pytest.skip(f"{module} is not installed")
-    _assert_program_lapack_free(config_from_dict(raw))
-
-
-def test_language_model_program_calls_no_lapack():
-    config = config_from_dict(read_yaml(ROOT / "configs" / "grpo_lm_max_digit.yaml"))
-    _assert_program_lapack_free(config)
-
-
-def _assert_program_lapack_free(config):
-    program = make_program(config)
-    keys = jax.random.split(jax.random.key(0), 2)
-    hps = jax.tree.map(lambda x: np.stack([x, x]), program.hparams)
-    init = jax.vmap(program.init)
-    assert _lapack_calls(init, keys, hps) == set()
-    state = jax.eval_shape(init, keys, hps)
-    run = jax.vmap(lambda s, h: program.run(s, h, 1))
-    assert _lapack_calls(run, state, hps) == set()
-    assert _lapack_calls(jax.vmap(program.evaluate), state, keys) == set()
 
 
 LINEAR_ALGEBRA = re.compile(

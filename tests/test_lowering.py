@@ -1,12 +1,19 @@
-"""Every bundled config's programs lower for CUDA and TPU on this CPU, with no CPU-only call.
+"""Every bundled config's programs lower on this CPU without LAPACK, and for CUDA and TPU
+with no CPU-only call.
 
 `experiment.run` compiles a program's `init`, `run` and `evaluate`, vmapped over the
-population. Here each is traced once and lowered for `("cuda", "tpu")` with
-`lowering_platforms` (jaxlib's CPU build carries the lowering rules of every platform), and
-the StableHLO text is searched for custom calls that exist only on the CPU: LAPACK
-(`lapack_*`), DUCC FFTs and CPU host callbacks. `rlax_trpo.platform.setup_cpu` (applied by
-conftest) registers CPU-only lowering rules (straight-line threefry, LAPACK-free linear
-algebra); a GPU or TPU program must not pick them up, and a CPU-only call must not reach one.
+population. Here each is traced once and lowered twice with `lowering_platforms` (jaxlib's
+CPU build carries the lowering rules of every platform):
+
+- for the CPU, where the StableHLO text must hold no `lapack_*` custom call: a vmapped LAPACK
+  QR or Cholesky deadlocks jaxlib's CPU runtime (docs/cpu_qr_deadlock.md,
+  docs/cpu_lapack_deadlock.md), so networks use a LAPACK-free orthogonal initialiser and
+  `rlax_trpo.platform.setup_cpu` (applied by conftest) lowers the physics suites' Cholesky and
+  triangular solves as plain HLO;
+- for `("cuda", "tpu")`, where the text must hold no custom call that exists only on the CPU:
+  LAPACK (`lapack_*`), DUCC FFTs and CPU host callbacks. setup_cpu's CPU-only lowering rules
+  (straight-line threefry, LAPACK-free linear algebra) must not reach a GPU or TPU program.
+
 Progress callbacks are left out (a host callback lowers only for the running backend's
 platform); programs are built without one, as `make_program(config)` does by default.
 Physics configs (Brax, MuJoCo Playground) and Craftax take 10-60 s each to trace and are
@@ -57,9 +64,12 @@ def load(name: str):
     return load_config(name, [])
 
 
-def lowered_programs(program, platforms=PLATFORMS, population: int = 2) -> dict[str, str]:
+def lowered_programs(
+    program, platforms=(PLATFORMS,), population: int = 2
+) -> dict[tuple[str, ...], dict[str, str]]:
     """StableHLO text of the population's init, run (one iteration) and evaluate programs,
-    vmapped as `experiment.run` vmaps them."""
+    vmapped as `experiment.run` vmaps them, for each tuple of platforms in `platforms` (each
+    program traced once)."""
     keys = jax.random.split(jax.random.key(0), population)
     hps = jax.tree.map(lambda x: jnp.broadcast_to(x, (population, *jnp.shape(x))), program.hparams)
     init = jax.vmap(program.init)
@@ -70,15 +80,17 @@ def lowered_programs(program, platforms=PLATFORMS, population: int = 2) -> dict[
                 (state, hps, 1)),
         "evaluate": (jax.jit(jax.vmap(program.evaluate)), (state, keys)),
     }  # fmt: skip
+    traced = {name: fn.trace(*args) for name, (fn, args) in calls.items()}
     return {
-        name: fn.trace(*args).lower(lowering_platforms=platforms).as_text()
-        for name, (fn, args) in calls.items()
+        target: {name: t.lower(lowering_platforms=target).as_text() for name, t in traced.items()}
+        for target in platforms
     }
 
 
 # MuJoCo physics: each suite is lowered with one algorithm on its cheapest model (PPO and
 # TRPO share the physics step, and the other models run the same code; lowering all eight
-# physics configs costs about 3 CPU-minutes). Craftax likewise: PPO's config only (TRPO's runs
+# physics configs costs about 3 CPU-minutes). Brax and Playground are both audited, with both
+# algorithms between them. Craftax likewise: PPO's config only (TRPO's runs
 # the same world step). RLAX_TRPO_LOWER_ALL=1 lowers every config.
 AUDITED_HEAVY = ("ppo_brax_inverted_pendulum", "trpo_playground_cartpole_balance", "ppo_craftax")
 LOWER_ALL = os.environ.get("RLAX_TRPO_LOWER_ALL") == "1"
@@ -99,10 +111,19 @@ def _params():
     return out
 
 
+def lapack_calls(text: str) -> list[str]:
+    return sorted(t for t in custom_call_targets(text) if "lapack" in t)
+
+
 @pytest.mark.parametrize("name", _params())
-def test_bundled_config_lowers_for_gpu_and_tpu_without_cpu_only_calls(name):
-    texts = lowered_programs(make_program(load(name)))
-    for part, text in texts.items():
+def test_bundled_config_lowers_without_lapack_and_for_gpu_and_tpu(name):
+    # every algorithm, the MLP, CNN and memory networks, Categorical and Gaussian policies,
+    # physics, Jumanji, Craftax and the language model
+    lowered = lowered_programs(make_program(load(name)), platforms=(("cpu",), PLATFORMS))
+    for part, text in lowered[("cpu",)].items():
+        assert "func.func public @main" in text, f"{name} {part}: no main function"
+        assert lapack_calls(text) == [], f"{name} {part} on CPU: LAPACK custom calls"
+    for part, text in lowered[PLATFORMS].items():
         assert "func.func public @main" in text, f"{name} {part}: no main function"
         assert cpu_only_calls(text) == [], f"{name} {part}: CPU-only custom calls"
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import conftest
 import numpy as np
 import pytest
 
@@ -34,7 +35,8 @@ linux_multicore = pytest.mark.skipif(
 
 def _probe(script=PROBE, *args, timeout=120, **env):
     """Run `script` in a fresh interpreter (JAX not yet started) and parse its last line."""
-    base = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    # No device-count flag (the child sets its own), only the suite's compile flags.
+    base = {**os.environ, "XLA_FLAGS": conftest.FAST_COMPILE}
     proc = subprocess.run(
         [sys.executable, "-c", script, *args],
         cwd=ROOT,
@@ -193,7 +195,8 @@ print(json.dumps({"used": result.summary["num_devices"]}))
 
 
 def _run_probe(when: str, out: Path) -> tuple[dict, str]:
-    base = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    # No device-count flag (the child sets its own), only the suite's compile flags.
+    base = {**os.environ, "XLA_FLAGS": conftest.FAST_COMPILE}
     proc = subprocess.run(
         [sys.executable, "-c", RUN_PROBE, when, str(out)],
         cwd=ROOT,
@@ -215,7 +218,8 @@ def test_the_python_api_gets_the_devices_of_the_command_line(tmp_path):
     assert "note:" not in err
     tiny = ["num_envs=4", "num_steps=16", "total_env_steps=64", "eval_episodes=1"]
     command = [sys.executable, str(ROOT / "train.py"), "--config", "ppo_cartpole", *tiny]
-    base = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    # No device-count flag (the child sets its own), only the suite's compile flags.
+    base = {**os.environ, "XLA_FLAGS": conftest.FAST_COMPILE}
     subprocess.run(
         [*command, "--seeds", "2", "--no-progress", "--out", str(tmp_path / "cli")],
         env={**base, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"},

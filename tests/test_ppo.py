@@ -74,7 +74,9 @@ def test_non_finite_update_is_not_applied():
     assert int(state.diverged_at) == 0
     init = jax.jit(trainer.init)(jax.random.key(0), hp)
     assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(state.params))
-    jax.tree.map(np.testing.assert_array_equal, state.params, init.params)
+    # (`train` and `init` are two programs: their initialisations may differ in the last bit.)
+    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(init.params), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)
     assert float(metrics["train/finite"].max()) == 0.0
 
 

@@ -127,7 +127,7 @@ def _start_recorder(length: int):
 
 
 @pytest.mark.parametrize("ratio", [1, 8])
-def test_the_training_loop_takes_its_fresh_states_from_the_pool(ratio):
+def test_the_training_loop_takes_its_fresh_states_from_the_pool(ratio, tmp_path):
     """8 environments whose episodes all end together every iteration. With a pool of one
     fresh state per step (ratio 8) every new episode of an iteration has the same start, so
     (sum of starts)^2 = 8 * (sum of squared starts); each environment resetting on its own
@@ -141,7 +141,7 @@ def test_the_training_loop_takes_its_fresh_states_from_the_pool(ratio):
          f"reset_ratio={ratio}", "num_epochs=1", "num_minibatches=1", "hidden_sizes=[8]",
          "eval_episodes=1"],
     )  # fmt: skip
-    result = run(config, seeds=1, out=None, progress=False)
+    result = run(config, seeds=1, out=tmp_path / "run", progress=False)
     total = np.asarray(result.metrics["episode/start_sum"]).reshape(-1)[1:]  # after the first
     squares = np.asarray(result.metrics["episode/start_sq_sum"]).reshape(-1)[1:]
     assert len(total) == 4 and (squares > 0).all()
