@@ -131,7 +131,7 @@ def test_signals_stop_an_unchunked_run_after_its_call_or_at_once(uninterrupted, 
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=30)  # "at once": a process that keeps running fails
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert err.splitlines()[-1] == (
         f"error: stopped by a second SIGTERM; the run folder {str(out)!r} has no checkpoint "
