@@ -11,6 +11,26 @@ from pathlib import Path
 from typing import Any
 
 
+def machine() -> str:
+    """The machine a figure was measured on: architecture, core count and CPU model."""
+    from rlax_trpo.platform import cpu_name
+
+    return f"{platform.machine()}, {os.cpu_count()} cores, {cpu_name()}"
+
+
+def fresh_process_env(extra: dict[str, str]) -> dict[str, str]:
+    """The environment of a fresh `train.py` process that a benchmark times: this one's without
+    XLA_FLAGS (no forced device count; XLA's default code), plus `extra`. A smoke run
+    (benchmarks/smoke.py), whose figures mean nothing, passes its compile flags on through
+    RLAX_TRPO_CHILD_XLA_FLAGS."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    if os.environ.get("RLAX_TRPO_CHILD_XLA_FLAGS"):
+        env["XLA_FLAGS"] = os.environ["RLAX_TRPO_CHILD_XLA_FLAGS"]
+    if "XLA_FLAGS" in extra and "XLA_FLAGS" in env:
+        extra = {**extra, "XLA_FLAGS": f"{env['XLA_FLAGS']} {extra['XLA_FLAGS']}"}
+    return env | extra
+
+
 def publish(name: str, figures: dict[str, Any], path: Path | None) -> None:
     """Print `figures` with the date, machine, jax version and command; also write them to
     `path` (for benchmarks/results/) when given."""
@@ -19,7 +39,7 @@ def publish(name: str, figures: dict[str, Any], path: Path | None) -> None:
     result = {
         "benchmark": name,
         "date": datetime.date.today().isoformat(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "machine": machine(),
         "jax": jax.__version__,
         "command": "python " + " ".join(sys.argv),
         **figures,

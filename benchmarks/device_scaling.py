@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from _publish import publish
+from _publish import fresh_process_env, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +33,7 @@ PROGRAMS = {
 
 
 def measure(args: list[str], env_extra: dict[str, str], out: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | env_extra
+    env = fresh_process_env(env_extra)
     cmd = [sys.executable, "train.py", "--no-progress", "--out", str(out), *args]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:

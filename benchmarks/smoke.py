@@ -131,7 +131,12 @@ def main() -> int:
     chosen = [s for s in scripts() if not args.words or any(w in s for w in args.words)]
     failed = []
     # A smoke run's figures mean nothing, so its programs compile with the fast-compile flags.
-    env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE_XLA_FLAGS}"}
+    # (Scripts that time fresh train.py processes pass them on: benchmarks/_publish.py.)
+    env = {
+        **os.environ,
+        "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE_XLA_FLAGS}",
+        "RLAX_TRPO_CHILD_XLA_FLAGS": FAST_COMPILE_XLA_FLAGS,
+    }
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-smoke-") as out:
 

@@ -25,11 +25,12 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _publish import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,7 +81,7 @@ def run_cell(args: argparse.Namespace, config: str, algo: str, task: str) -> str
     published = {
         "benchmark": f"standard_tables/{args.table}",
         "date": datetime.date.today().isoformat(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "machine": machine(),
         "jax": jax.__version__,
         "command": " ".join(["python", "train.py", *cmd[2:]]).replace(str(ROOT) + "/", ""),
         "task": task,

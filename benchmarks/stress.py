@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -27,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _publish import publish
+from _publish import fresh_process_env, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,10 +71,10 @@ def run_one(name: str, devices: int, timeout: float, out: Path, extra: dict[str,
 
 
 def run_fresh(cmd: list[str], extra: dict[str, str], timeout: float, stacks: Path) -> dict:
-    """`cmd` as a fresh process in the repository root (XLA_FLAGS dropped, `extra` added)
+    """`cmd` as a fresh process in the repository root (`_publish.fresh_process_env(extra)`)
     under `timeout`: its status ("ok", "failed (exit N)" or "hung"), seconds, the last line
     of stderr when it failed, and where gdb saved the native stacks of a hang."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | extra
+    env = fresh_process_env(extra)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
