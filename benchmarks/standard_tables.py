@@ -41,7 +41,9 @@ TABLES = {
         ["Breakout-MinAtar", "SpaceInvaders-MinAtar", "Asterix-MinAtar", "Freeway-MinAtar"],
     ),
     "craftax": (
-        {"ppo": "configs/ppo_craftax.yaml", "trpo": "configs/trpo_craftax.yaml"},
+        {"ppo": "configs/ppo_craftax.yaml", "trpo": "configs/trpo_craftax.yaml",
+         "ppo_rnn": "configs/ppo_memory_craftax.yaml",
+         "trpo_rnn": "configs/trpo_memory_craftax.yaml"},
         ["craftax/Craftax-Symbolic-v1"],
     ),
 }
@@ -62,7 +64,8 @@ def run_cell(args: argparse.Namespace, config: str, algo: str, task: str) -> str
     if args.budget:
         overrides.append(f"total_env_steps={args.budget}")
     cmd = [sys.executable, str(ROOT / "train.py"), "--config", str(ROOT / config),
-           "--seeds", str(args.seeds), "--no-progress", *overrides]  # fmt: skip
+           "--seeds", str(args.seeds), "--seed", str(args.seed), "--no-progress",
+           *overrides]  # fmt: skip
     if (run_dir / "config.yaml").exists():
         cmd += ["--resume", str(run_dir)]
     else:
@@ -85,6 +88,7 @@ def run_cell(args: argparse.Namespace, config: str, algo: str, task: str) -> str
         "jax": jax.__version__,
         "command": " ".join(["python", "train.py", *cmd[2:]]).replace(str(ROOT) + "/", ""),
         "task": task,
+        "algorithm": algo,  # the table's row: ppo_rnn is PPO with a recurrent policy
         "score": "final_return_per_seed: mean training-episode return over the last 10% of "
         "iterations, one per seed",
         "summary": summary,
@@ -102,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--algos", nargs="+", help="default: every algorithm of the table")
     p.add_argument("--games", nargs="+", help="tasks (default: every task of the table)")
     p.add_argument("--seeds", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0, help="base PRNG seed of every cell's run")
     p.add_argument("--chunk-iterations", type=int, default=100)
     p.add_argument("--budget", type=int, help="env steps per seed instead of the config's "
                    "(a smoke run: results are rewritten every time)")  # fmt: skip

@@ -51,39 +51,42 @@ def load_rliable() -> tuple[Any, Any]:
     return library, metrics
 
 
-def load_runs(paths: Sequence[Path]) -> list[dict[str, Any]]:
+def load_runs(paths: Sequence[Path], score: str = "return") -> list[dict[str, Any]]:
     """One record per run found under `paths` (see `runs_in`), each file counted once."""
     runs, seen = [], set()
     for path in paths:
-        for run in runs_in(Path(path)):
+        for run in runs_in(Path(path), score):
             if Path(run["path"]).resolve() not in seen:
                 seen.add(Path(run["path"]).resolve())
                 runs.append(run)
     return runs
 
 
-def runs_in(path: Path) -> list[dict[str, Any]]:
+def runs_in(path: Path, score: str = "return") -> list[dict[str, Any]]:
     """The runs of one PATH: a run folder, a published JSON (or a summary.json), or a folder
-    whose `*.json` published results and whose subfolders' runs are taken."""
+    whose `*.json` published results and whose subfolders' runs are taken. `score` as in
+    `_run_record`."""
     if not path.exists():
         raise ReportError(f"{path}: no such file or folder")
     if path.is_file():
         data = _read_json(path)
         if _is_published(data):
-            return [_run_record(path, data["summary"], data)]
+            return [_run_record(path, data["summary"], data, score)]
         if isinstance(data, dict) and "final_return_per_seed" in data:
-            return [_run_record(path, data)]
+            return [_run_record(path, data, score=score)]
         what = "neither a run's summary.json nor a result of benchmarks/standard_tables.py"
         raise ReportError(f"{path}: {what} (keys task, command, date, summary)")
     if (path / "summary.json").is_file():
-        return [_run_record(path / "summary.json", _read_json(path / "summary.json"))]
+        return [_run_record(path / "summary.json", _read_json(path / "summary.json"), None,
+                            score)]  # fmt: skip
     found = []
     for file in sorted(path.glob("*.json")):
         data = _read_json(file, strict=False)
         if _is_published(data):
-            found.append(_run_record(file, data["summary"], data))
+            found.append(_run_record(file, data["summary"], data, score))
     for sub in sorted(p for p in path.iterdir() if (p / "summary.json").is_file()):
-        found.append(_run_record(sub / "summary.json", _read_json(sub / "summary.json")))
+        found.append(_run_record(sub / "summary.json", _read_json(sub / "summary.json"), None,
+                                 score))  # fmt: skip
     if not found:
         raise ReportError(f"{path}: no runs in it (no summary.json, no subfolder with one, no "
                           "result published by benchmarks/standard_tables.py)")  # fmt: skip
@@ -108,27 +111,51 @@ def _is_published(data: Any) -> bool:
         data["summary"], dict)  # fmt: skip
 
 
-def _run_record(file: Path, summary: Any, published: dict | None = None) -> dict[str, Any]:
-    """A run's algorithm, task, finite per-seed scores and provenance, from its summary."""
+def _per_seed(file: Path, summary: dict, score: str) -> Any:
+    """The per-seed scores named by `score`: "return" (`final_return_per_seed`) or one of the
+    environment's episode figures (`final_episode_figures_per_seed`, e.g. Craftax's
+    `score_percent`)."""
+    if score == "return":
+        raw = summary.get("final_return_per_seed")
+        if not isinstance(raw, list) or not raw:
+            raise ReportError(f"{file}: no final_return_per_seed (a language-model run?)")
+        return raw
+    figures = summary.get("final_episode_figures_per_seed")
+    if not isinstance(figures, dict) or score not in figures:
+        have = ", ".join(["return", *sorted(figures)]) if isinstance(figures, dict) else "return"
+        raise ReportError(f"{file}: no episode figure {score!r} (it has: {have})")
+    raw = figures[score]
+    if not isinstance(raw, list) or not raw:
+        raise ReportError(f"{file}: episode figure {score!r} is not a list of per-seed scores")
+    return raw
+
+
+def _run_record(file: Path, summary: Any, published: dict | None = None,
+                score: str = "return") -> dict[str, Any]:  # fmt: skip
+    """A run's algorithm, task, finite per-seed scores and provenance, from its summary.
+    `score`: "return", or the name of an episode figure the run logged (`score_percent`)."""
     published = published or {}
     if not isinstance(summary, dict) or not isinstance(summary.get("algorithm"), str):
         raise ReportError(f"{file}: not a run summary (no algorithm)")
     settings = summary.get("num_settings", 1)
     if settings != 1:
         raise ReportError(f"{file}: a sweep of {settings} settings; a table cell is one setting")
-    raw = summary.get("final_return_per_seed")
-    if not isinstance(raw, list) or not raw:
-        raise ReportError(f"{file}: no final_return_per_seed (a language-model run?)")
+    raw = _per_seed(file, summary, score)
     if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in raw):
-        raise ReportError(f"{file}: final_return_per_seed holds a value that is not a number")
+        what = "final_return_per_seed" if score == "return" else f"episode figure {score!r}"
+        raise ReportError(f"{file}: {what} holds a value that is not a number")
     scores = [float(v) for v in raw if v is not None and math.isfinite(v)]
     if not scores:
-        raise ReportError(f"{file}: no seed finished an episode (final_return_per_seed {raw})")
+        raise ReportError(f"{file}: no seed finished an episode ({score} per seed: {raw})")
     task = published.get("task") or summary.get("env")
     if not isinstance(task, str):
         raise ReportError(f"{file}: names no task (no 'task' and no env in its summary)")
+    # A published cell may name its table row (ppo_rnn: PPO with a recurrent policy).
+    algorithm = published.get("algorithm") or summary["algorithm"]
+    if not isinstance(algorithm, str):
+        raise ReportError(f"{file}: its 'algorithm' is not a name")
     return {
-        "path": str(file), "algorithm": summary["algorithm"], "task": task, "scores": scores,
+        "path": str(file), "algorithm": algorithm, "task": task, "scores": scores,
         "dropped_seeds": len(raw) - len(scores), "total_env_steps": summary.get("total_env_steps"),
         "command": published.get("command"), "date": published.get("date"),
     }  # fmt: skip
@@ -297,7 +324,7 @@ def improvement(matrices: dict, reps: int, seed: int) -> list[dict[str, Any]]:
 
 
 def build_report(paths: Sequence[Path], range_specs: Sequence[str] = (), reps: int = 2000,
-                 seed: int = 0) -> dict[str, Any]:  # fmt: skip
+                 seed: int = 0, score: str = "return") -> dict[str, Any]:  # fmt: skip
     """The report's numbers (report.json): its inputs, per-task statistics and, where they
     apply, the statistics across tasks and between algorithms, with notes on what was done.
     Every input is checked (`ReportError`) before rliable is imported (`RliableMissing`)."""
@@ -306,7 +333,7 @@ def build_report(paths: Sequence[Path], range_specs: Sequence[str] = (), reps: i
     if not 0 <= seed < 2**32:
         raise ReportError(f"--seed: must be an integer from 0 to 2**32 - 1 (got {seed})")
     given = parse_ranges(range_specs)
-    runs = load_runs(paths)
+    runs = load_runs(paths, score)
     cells, notes = cells_of(runs)
     algorithms, tasks = sorted({a for a, _ in cells}), sorted({t for _, t in cells})
     unknown = sorted(set(given) - set(tasks))
@@ -323,7 +350,8 @@ def build_report(paths: Sequence[Path], range_specs: Sequence[str] = (), reps: i
                      "--range); left out across tasks" for t in flat]  # fmt: skip
     used = [t for t in common if t not in flat]
     report: dict[str, Any] = {
-        "settings": {"reps": reps, "seed": seed, "confidence": CONFIDENCE, "interval": INTERVAL},
+        "settings": {"reps": reps, "seed": seed, "confidence": CONFIDENCE, "interval": INTERVAL,
+                     "score": score},
         "algorithms": algorithms,
         "tasks": tasks,
         "inputs": runs,

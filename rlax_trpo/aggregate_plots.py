@@ -151,13 +151,16 @@ def markdown(report: dict[str, Any], anchors: dict, title: str, drawn: set[str])
     """report.md: title, inputs, the per-task table, the statistics across tasks and between
     algorithms, links to the figures drawn, and notes."""
     settings = report["settings"]
+    score = settings.get("score", "return")
+    what = "return" if score == "return" else f"episode figure `{score}`"
     lines = [f"# {title}", "",
              f"{len(report['algorithms'])} algorithm(s) on {len(report['tasks'])} task(s). A "
-             "seed's score is its final return: the mean training-episode return over the last "
-             "10% of iterations. Statistics as rliable computes them (Agarwal et al. 2021): "
+             f"seed's score is its final {what}: the mean over the training episodes that "
+             "finished in the last 10% of iterations. Statistics as rliable computes them "
+             "(Agarwal et al. 2021): "
              f"point estimates with 95% percentile bootstrap intervals ({settings['reps']} "
              f"resamples, seed {settings['seed']}).", "",
-             *_inputs_section(report), "## Per task: final return", "",
+             *_inputs_section(report), f"## Per task: final {what}", "",
              per_task_table(report, anchors), ""]  # fmt: skip
     if anchors:
         lines += ["Columns " + ", ".join(anchors) + ": published reference numbers "
@@ -312,7 +315,8 @@ def report_command(args: Any, prog: str = "rlax-trpo report") -> int:
         raise ReportError(f"--out: {out} is a file, not a folder")
     try:
         anchors = read_anchors(args.anchors) if args.anchors else {}
-        report = build_report(args.paths, args.ranges, args.reps, args.seed)
+        report = build_report(args.paths, args.ranges, args.reps, args.seed,
+                              getattr(args, "score", "return"))
     except RliableMissing as err:
         print(f"{prog}: {err}", file=sys.stderr)
         return 2

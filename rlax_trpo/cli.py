@@ -278,6 +278,8 @@ def build_report_parser(prog: str = "rlax-trpo report") -> argparse.ArgumentPars
     add("--out", type=Path, default=Path("report"), metavar="DIR", help="default: report/")
     add("--range", dest="ranges", action="append", default=[], metavar="TASK=LO,HI",
         help="a task's normalisation range, repeatable (default: its scores' range)")  # fmt: skip
+    add("--score", default="return", metavar="NAME", help="the per-seed score: return (default) "
+        "or an episode figure the runs logged, e.g. score_percent (Craftax)")  # fmt: skip
     add("--anchors", type=Path, metavar="FILE.yaml", help="published scores, label: {task: score}")
     add("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
     add("--seed", type=int, default=0, help="bootstrap seed (default 0)")

@@ -29,7 +29,10 @@ def make_evaluate(
 
     Each env runs until its first episode ends (terminated or truncated) or `max_steps`
     (default: the environment's time limit) pass; rewards after the first end are ignored.
-    Observations get the run's frozen normalisation when `config.normalize_obs`.
+    The loop stops as soon as every episode has ended: a time limit is an upper bound, not
+    the cost (Craftax's is 100,000 steps, its episodes a few hundred). Step t takes the t-th
+    of `horizon` keys split from the run key, so the returns do not depend on where the loop
+    stops. Observations get the run's frozen normalisation when `config.normalize_obs`.
     """
     horizon = max_steps or env.spec.max_episode_steps or 1000
     step_env = jax.vmap(env.step)
@@ -41,20 +44,25 @@ def make_evaluate(
         def transform(o):
             return state.obs_stats.normalize(o) if config.normalize_obs else o
 
-        def step(carry, step_key):
-            env_state, obs, total, alive, memory = carry
-            k_act, k_env = jax.random.split(step_key)
+        keys = jax.random.split(k_run, horizon)
+
+        def step(carry):
+            t, env_state, obs, total, alive, memory = carry
+            k_act, k_env = jax.random.split(keys[t])
             memory, dist = act(networks, state.params.policy, memory, transform(obs))
             action = dist.mode() if greedy else dist.sample(seed=k_act)
             res = step_env(jax.random.split(k_env, num_episodes), env_state, action)
             total = total + jnp.where(alive, res.reward, 0.0)
             alive = alive & ~(res.terminated | res.truncated)
-            return (res.state, res.obs, total, alive, memory), None
+            return t + 1, res.state, res.obs, total, alive, memory
 
-        init = (env_state, obs, jnp.zeros(num_episodes), jnp.ones(num_episodes, bool))
-        init += (policy_memory(networks, num_episodes),)
-        (_, _, total, _, _), _ = jax.lax.scan(step, init, jax.random.split(k_run, horizon))
-        return total
+        def running(carry):
+            t, alive = carry[0], carry[4]
+            return (t < horizon) & alive.any()
+
+        init = (jnp.int32(0), env_state, obs, jnp.zeros(num_episodes),
+                jnp.ones(num_episodes, bool), policy_memory(networks, num_episodes))  # fmt: skip
+        return jax.lax.while_loop(running, step, init)[3]
 
     return evaluate
 

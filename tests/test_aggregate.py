@@ -286,6 +286,36 @@ def test_fewer_than_4_seeds_and_one_task(tmp_path, capsys):
     assert code == 0 and "too few" not in stdout
 
 
+@needs_rliable
+def test_score_reads_an_episode_figure_and_a_published_row_label(tmp_path, capsys):
+    """`--score score_percent` takes each seed's final episode figure, not its return; a
+    published result's own `algorithm` (standard_tables' ppo_rnn) names its row."""
+    folder = tmp_path / "results"
+    for algo, label, percents in (("ppo", None, [1.0, 2.0, 3.0, 4.0]),
+                                  ("ppo", "ppo_rnn", [2.0, 4.0, 6.0, 8.0])):  # fmt: skip
+        path = _publish(folder, label or algo, "Craft", [100.0 * p for p in percents])
+        data = json.loads(path.read_text())
+        data["summary"]["algorithm"] = algo  # both runs are PPO; the label tells them apart
+        data["summary"]["final_episode_figures_per_seed"] = {
+            "score_percent": percents, "achievements": [5.0, 6.0, 7.0, 8.0]}
+        if label:
+            data["algorithm"] = label
+        path.write_text(json.dumps(data))
+    report = aggregate.build_report([folder], reps=50, seed=0, score="score_percent")
+    assert report["algorithms"] == ["ppo", "ppo_rnn"]
+    assert report["per_task"]["Craft"]["ppo"]["mean"] == pytest.approx(2.5)
+    assert report["per_task"]["Craft"]["ppo_rnn"]["iqm"] == pytest.approx(5.0)
+    by_return = aggregate.build_report([folder], reps=50, seed=0)
+    assert by_return["per_task"]["Craft"]["ppo"]["mean"] == pytest.approx(250.0)
+    out = tmp_path / "report"
+    code, _, err = _report([folder, "--score", "score_percent", "--out", out, "--reps", "50"],
+                           capsys)  # fmt: skip
+    assert code == 0, err
+    assert "## Per task: final episode figure `score_percent`" in (out / "report.md").read_text()
+    code, _, err = _report([folder, "--score", "nope", "--out", tmp_path / "r2"], capsys)
+    assert code == 2 and "no episode figure 'nope' (it has: return, achievements, " in err
+
+
 BAD = {
     "missing path": (["{tmp}/nowhere"], "nowhere: no such file or folder"),
     "no runs": (["{tmp}/empty"], "empty: no runs in it"),
@@ -297,6 +327,8 @@ BAD = {
     "anchors not a mapping": (["{tmp}/results", "--anchors", "{tmp}/list.yaml"], "must hold"),
     "a sweep": (["{tmp}/sweep"], "sweep/summary.json: a sweep of 2 settings"),
     "reps": (["{tmp}/results", "--reps", "0"], "--reps: must be a positive integer"),
+    "score not logged": (["{tmp}/results", "--score", "score_percent"],
+                         "no episode figure 'score_percent' (it has: return)"),
 }
 
 

@@ -41,3 +41,61 @@ def test_recorded_episode_marks_its_end():
     )
     done = np.asarray(episode.done)
     assert done.shape == (12,) and int(np.argmax(done)) == 7  # the 8th step ends it
+
+
+def test_the_loop_ends_when_every_episode_has_ended():
+    # A time limit of 100,000 steps (Craftax's) bounds the loop; episodes of 8 steps end it.
+    config = Config.create(env="Probe-timelimit", num_envs=2, num_steps=8, total_env_steps=16)
+    trainer = make_trainer(config)
+    state = trainer.init(jax.random.key(0), config.hp)
+    steps = []
+
+    def counted(key, env_state, action):
+        jax.debug.callback(lambda: steps.append(1))
+        return trainer.env.step(key, env_state, action)
+
+    env = trainer.env._replace(step=counted)
+    evaluate = make_evaluate(config, env, trainer.networks, 3, True, max_steps=100_000)
+    returns = jax.block_until_ready(jax.jit(evaluate)(state, jax.random.key(1)))
+    np.testing.assert_array_equal(returns, 8.0)
+    assert 8 <= len(steps) <= 8 * 3, len(steps)  # 8 batched steps (one call per env at most)
+
+
+def _scan_reference(config, env, networks, num_episodes, greedy, horizon):
+    """The evaluation as a fixed-length scan of `horizon` steps (every step taken)."""
+    from rlax_trpo.evaluate import act, policy_memory
+    from rlax_trpo.rollout import reset_envs
+
+    def evaluate(state, key):
+        k_reset, k_run = jax.random.split(key)
+        obs, env_state = reset_envs(env, k_reset, num_episodes)
+
+        def step(carry, step_key):
+            env_state, obs, total, alive, memory = carry
+            k_act, k_env = jax.random.split(step_key)
+            memory, dist = act(networks, state.params.policy, memory, obs)
+            action = dist.mode() if greedy else dist.sample(seed=k_act)
+            res = jax.vmap(env.step)(jax.random.split(k_env, num_episodes), env_state, action)
+            total = total + jax.numpy.where(alive, res.reward, 0.0)
+            alive = alive & ~(res.terminated | res.truncated)
+            return (res.state, res.obs, total, alive, memory), None
+
+        init = (env_state, obs, jax.numpy.zeros(num_episodes),
+                jax.numpy.ones(num_episodes, bool), policy_memory(networks, num_episodes))
+        return jax.lax.scan(step, init, jax.random.split(k_run, horizon))[0][2]
+
+    return evaluate
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_returns_equal_those_of_every_step_taken(greedy):
+    # Stochastic dynamics (MinAtar Asterix spawns at random) and a sampling policy: the loop
+    # that stops early gives the returns of the scan that takes all `horizon` steps.
+    config = Config.create(env="Asterix-MinAtar", num_envs=2, num_steps=8, total_env_steps=16)
+    trainer = make_trainer(config)
+    state = trainer.init(jax.random.key(0), config.hp)
+    args = (config, trainer.env, trainer.networks, 16, greedy)
+    got = jax.jit(make_evaluate(*args, max_steps=400))(state, jax.random.key(3))
+    want = jax.jit(_scan_reference(*args, horizon=400))(state, jax.random.key(3))
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert np.asarray(want).std() > 0  # the episodes differ: the keys matter
