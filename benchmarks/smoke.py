@@ -41,6 +41,8 @@ SMOKE = {
          "--repeats", "1", "total_env_steps=2048", "num_envs=4", "num_steps=16"],
         ("brax",),
     ),
+    # It trains Craftax_Baselines' own code from a clone, which CI does not have: the options only.
+    "craftax_baselines.py": ([PY, "benchmarks/craftax_baselines.py", "--help"], ()),
     "device_scaling.py": (
         [PY, "benchmarks/device_scaling.py", "--programs", "ppo", "--seeds", "2", "--repeats", "1",
          *TINY_RUN],

@@ -24,7 +24,7 @@ from rlax_trpo.aggregate import METRICS, ReportError, RliableMissing, build_repo
 from rlax_trpo.errors import RunFailed
 
 FIGURES = {
-    "per_task.png": "IQM of the final return per task, with 95% intervals",
+    "per_task.png": "IQM of the final score per task, with 95% intervals",
     "aggregate.png": "aggregate metrics of min-max normalised scores, with 95% intervals",
     "performance_profile.png": "performance profiles of min-max normalised scores",
     "probability_of_improvement.png": "probability of improvement, with 95% intervals",
@@ -210,7 +210,8 @@ def _per_task_figure(report: dict[str, Any], path: Path) -> None:
         ax.grid(alpha=0.3, axis="y")
     for ax in axes[len(tasks) :]:
         ax.set_visible(False)
-    axes[0].set_ylabel("final return: IQM, 95% CI")
+    score = report["settings"].get("score", "return")
+    axes[0].set_ylabel(f"final {score}: IQM, 95% CI")
     fig.tight_layout()
     fig.savefig(path, format="png")
 
