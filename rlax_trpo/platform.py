@@ -75,6 +75,35 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+def cpu_signature() -> str:
+    """The CPU's model name with its family, model and stepping numbers and a short hash of
+    its feature flags (Linux: /proc/cpuinfo), e.g. "AMD EPYC (25/17/1, flags 1a2b3c4d)".
+
+    XLA compiles CPU programs for the host it runs on, so bit-for-bit results carry over only
+    between CPUs that agree on all of these; a virtual machine's model name alone ("AMD EPYC")
+    does not tell two processor generations apart. Elsewhere: `cpu_name()`.
+    """
+    import hashlib
+
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                key = key.strip()
+                if not sep or key in fields:
+                    if not line.strip() and fields:
+                        break  # the first processor's block is enough
+                    continue
+                fields[key] = value.strip()
+    except OSError:
+        return cpu_name()
+    numbers = "/".join(fields.get(k, "?") for k in ("cpu family", "model", "stepping"))
+    flags = " ".join(sorted(fields.get("flags", "").split()))
+    digest = hashlib.sha256(flags.encode()).hexdigest()[:8]
+    return f"{cpu_name()} ({numbers}, flags {digest})"
+
+
 def usable_cores() -> int:
     """The CPUs this process may run on (its affinity mask), else `os.cpu_count()`."""
     if hasattr(os, "sched_getaffinity"):
