@@ -86,19 +86,61 @@ def make_episode(
 
     `state` is one member's TrainState (no population axis). `Episode.env_state[t]` is the
     state the policy acted in at step t; steps after the first `done` are to be dropped.
+    Every step of the horizon is recorded: for a long time limit, `make_episode_recorder`
+    records in chunks and stops after the episode's end.
     """
-    horizon = max_steps or env.spec.max_episode_steps or 1000
+    recorder = make_episode_recorder(config, env, networks, greedy, max_steps, chunk=None)
 
     def episode(state: TrainState, key: jax.Array) -> Episode:
+        return recorder.advance(state, recorder.start(state, key))[1]
+
+    return episode
+
+
+class EpisodeRecorder(NamedTuple):
+    """One episode recorded `chunk` steps at a time (`make_episode_recorder`)."""
+
+    start: Callable[[TrainState, jax.Array], Any]  # (state, key) -> carry
+    advance: Callable[[TrainState, Any], tuple[Any, Episode]]  # -> (carry, next chunk)
+    horizon: int
+    chunk: int
+
+
+EPISODE_CHUNK = 500  # steps recorded per call: Craftax's state is 0.27 MB, so 137 MB a chunk
+
+
+def make_episode_recorder(
+    config: Config,
+    env: Env,
+    networks: Networks,
+    greedy: bool = True,
+    max_steps: int | None = None,
+    chunk: int | None = EPISODE_CHUNK,
+) -> EpisodeRecorder:
+    """`start(state, key)` and `advance(state, carry) -> (carry, Episode of chunk steps)`: the
+    episode `make_episode` records, `chunk` steps per call (None: the whole horizon at once),
+    so that a caller can stop once `done` appears instead of holding every state of the time
+    limit (Craftax's 100,000 states would take 27 GB). Step t takes the t-th of `horizon` keys
+    split from the run key whatever the chunking; steps past the horizon repeat its last key
+    and are to be dropped, as are steps after the first `done`."""
+    horizon = max_steps or env.spec.max_episode_steps or 1000
+    chunk = horizon if chunk is None else min(chunk, horizon)
+
+    def start(state: TrainState, key: jax.Array) -> Any:
         k_reset, k_run = jax.random.split(key)
         obs, env_state = env.reset(k_reset)
+        keys = jax.random.split(k_run, horizon)
+        return jnp.int32(0), keys, env_state, obs, policy_memory(networks, 1)
+
+    def advance(state: TrainState, carry: Any) -> tuple[Any, Episode]:
+        t0, keys, env_state, obs, memory = carry
 
         def transform(o):
             return state.obs_stats.normalize(o) if config.normalize_obs else o
 
-        def step(carry, step_key):
-            env_state, obs, memory = carry
-            k_act, k_env = jax.random.split(step_key)
+        def step(inner, i):
+            env_state, obs, memory = inner
+            k_act, k_env = jax.random.split(keys[jnp.minimum(t0 + i, horizon - 1)])
             memory, dist = act(networks, state.params.policy, memory, transform(obs[None]))
             action = (dist.mode() if greedy else dist.sample(seed=k_act))[0]
             res = env.step(k_env, env_state, action)
@@ -106,11 +148,34 @@ def make_episode(
                 env_state, res.reward, res.terminated | res.truncated
             )
 
-        init = (env_state, obs, policy_memory(networks, 1))
-        _, ep = jax.lax.scan(step, init, jax.random.split(k_run, horizon))
-        return ep
+        inner, ep = jax.lax.scan(step, (env_state, obs, memory), jnp.arange(chunk))
+        return (t0 + chunk, keys, *inner), ep
 
-    return episode
+    return EpisodeRecorder(start, advance, horizon, chunk)
+
+
+def record_episode(recorder: EpisodeRecorder, state: TrainState, key: jax.Array) -> Episode:
+    """Host loop over `recorder` (its functions compiled or not): chunks until the first
+    `done` or the horizon, as host arrays (typed PRNG keys, e.g. in Jumanji's states, stay
+    JAX arrays), at most `horizon` steps long."""
+    import numpy as np
+
+    def host(x):
+        return x if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else np.asarray(x)
+
+    def join(*parts):
+        if jax.dtypes.issubdtype(parts[0].dtype, jax.dtypes.prng_key):
+            return jnp.concatenate(parts)[: recorder.horizon]
+        return np.concatenate(parts)[: recorder.horizon]
+
+    carry, parts, steps = recorder.start(state, key), [], 0
+    while steps < recorder.horizon:
+        carry, part = recorder.advance(state, carry)
+        parts.append(jax.tree.map(host, part))
+        steps += recorder.chunk
+        if parts[-1].done.any():
+            break
+    return jax.tree.map(join, *parts)
 
 
 def policy_memory(networks: Networks, batch: int) -> Any:

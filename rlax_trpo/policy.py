@@ -15,7 +15,7 @@ import numpy as np
 from rlax_trpo import checkpoint
 from rlax_trpo import sweep as sweeplib
 from rlax_trpo.errors import ConfigError
-from rlax_trpo.evaluate import make_episode, make_evaluate, render_gif
+from rlax_trpo.evaluate import make_episode_recorder, make_evaluate, record_episode, render_gif
 from rlax_trpo.program import make_program
 from rlax_trpo.training import make_trainer
 
@@ -122,12 +122,12 @@ class Policy:
         return np.asarray(fn(self.state, key))
 
     def episode(self, key: jax.Array, max_steps: int | None = None) -> Any:
-        """One greedy episode with its env states (`evaluate.Episode`, host arrays)."""
-        fn = self.run.compiled(("episode", max_steps), lambda: make_episode(
-            self.config, self.env, self.networks, True, max_steps
-        ))  # fmt: skip
-        host = lambda x: x if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else np.asarray(x)
-        return jax.tree.map(host, fn(self.state, key))  # typed keys (Jumanji) stay as they are
+        """One greedy episode with its env states (`evaluate.Episode`, host arrays), recorded
+        in chunks until it ends (or `max_steps`, default the time limit, pass)."""
+        recorder = make_episode_recorder(self.config, self.env, self.networks, True, max_steps)
+        start = self.run.compiled(("episode_start", max_steps), lambda: recorder.start)
+        advance = self.run.compiled(("episode_advance", max_steps), lambda: recorder.advance)
+        return record_episode(recorder._replace(start=start, advance=advance), self.state, key)
 
 
 class MemoryPolicy(Policy):

@@ -99,3 +99,32 @@ def test_returns_equal_those_of_every_step_taken(greedy):
     want = jax.jit(_scan_reference(*args, horizon=400))(state, jax.random.key(3))
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     assert np.asarray(want).std() > 0  # the episodes differ: the keys matter
+
+
+def test_recording_stops_after_the_end_and_matches_the_whole_horizon():
+    # Recorded in chunks of 64 until the episode ends: the same steps as recording the whole
+    # horizon at once (stochastic Asterix: the per-step keys line up), and no more chunks.
+    from rlax_trpo.evaluate import make_episode_recorder, record_episode
+
+    config = Config.create(env="Asterix-MinAtar", num_envs=2, num_steps=8, total_env_steps=16)
+    trainer = make_trainer(config)
+    state = trainer.init(jax.random.key(0), config.hp)
+    args = (config, trainer.env, trainer.networks, True, 1200)
+    whole = jax.jit(make_episode(*args))(state, jax.random.key(5))
+    recorder = make_episode_recorder(*args, chunk=64)
+    recorder = recorder._replace(start=jax.jit(recorder.start), advance=jax.jit(recorder.advance))
+    got = record_episode(recorder, state, jax.random.key(5))
+    end = int(np.argmax(np.asarray(whole.done)))  # MinAtar's time limit is 1000 < 1200
+    assert len(got.done) == 64 * (end // 64 + 1)  # the chunk holding the end, then it stops
+    cut = lambda x: np.asarray(x)[: len(got.done)]
+    np.testing.assert_array_equal(got.done, cut(whole.done))
+    np.testing.assert_array_equal(got.reward, cut(whole.reward))
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, cut(b)), got.env_state,
+                 whole.env_state)  # fmt: skip
+    # A time limit of 100,000 steps records one chunk of the default size for an 8-step episode.
+    config = Config.create(env="Probe-timelimit", num_envs=2, num_steps=8, total_env_steps=16)
+    trainer = make_trainer(config)
+    state = trainer.init(jax.random.key(0), config.hp)
+    recorder = make_episode_recorder(config, trainer.env, trainer.networks, True, 100_000)
+    episode = record_episode(recorder, state, jax.random.key(1))
+    assert len(episode.done) == recorder.chunk == 500 and int(np.argmax(episode.done)) == 7
