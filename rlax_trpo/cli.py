@@ -3,9 +3,8 @@
 `rlax-trpo train` with no arguments trains PPO on CartPole-v1 (the embedded default, about
 a minute on a 2-core CPU). Every seed runs inside one compiled, vmapped call
 (`rlax_trpo.experiment.run`). The run folder gets `config.yaml`, `metrics.csv`,
-`summary.json`, `learning_curve.png` and `checkpoint/`. `rlax-trpo eval --run DIR`
-evaluates a finished run with `rlax_trpo.load_policy`. `rlax-trpo report PATH ...` computes
-rliable's statistics over finished runs (`rlax_trpo.aggregate`).
+`summary.json`, `learning_curve.png` and `checkpoint/`. `eval --run DIR` evaluates a finished
+run (`rlax_trpo.load_policy`); `report PATH ...` gives rliable's statistics (`aggregate`).
 
 Bad input prints one line naming the problem and exits with status 2, writing nothing.
 Nothing here imports JAX at module level: `rlax_trpo.platform.setup_cpu` runs first.
@@ -278,8 +277,7 @@ def build_report_parser(prog: str = "rlax-trpo report") -> argparse.ArgumentPars
     add("--out", type=Path, default=Path("report"), metavar="DIR", help="default: report/")
     add("--range", dest="ranges", action="append", default=[], metavar="TASK=LO,HI",
         help="a task's normalisation range, repeatable (default: its scores' range)")  # fmt: skip
-    add("--score", default="return", metavar="NAME", help="the per-seed score: return (default) "
-        "or an episode figure the runs logged, e.g. score_percent (Craftax)")  # fmt: skip
+    add("--score", default="return", help="return, or an episode figure (Craftax: score_percent)")
     add("--anchors", type=Path, metavar="FILE.yaml", help="published scores, label: {task: score}")
     add("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
     add("--seed", type=int, default=0, help="bootstrap seed (default 0)")
