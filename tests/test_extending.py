@@ -175,7 +175,10 @@ def test_the_pages_example_runs_from_the_command_line(project):
 @pytest.mark.slow
 def test_the_pages_a2c_learns_cartpole(project, tmp_path):
     """The page's A2C, unchanged, at 40,960 steps: a random policy lasts ~22 steps on
-    CartPole; A2C reaches ~300 (2 seeds). With the advantage's sign flipped it stays < 25."""
+    CartPole. A2C's seeds spread widely at this budget (final returns 55 to 500 over 8 seeds
+    on a 2-core AMD EPYC; two seeds averaged 121 on one machine and over 150 on another), so
+    the median of 8 vmapped seeds is held to 100 (it was 266 there). With the advantage's
+    sign flipped every seed stays below 10."""
     import_plugin(str(project / "a2c.py"))
     config = Config.create(
         algorithm="a2c",
@@ -185,9 +188,10 @@ def test_the_pages_a2c_learns_cartpole(project, tmp_path):
         total_env_steps=40_960,
         hp={"learning_rate": 3e-3},
     )
-    result = rlax_trpo.run(config, seeds=2, out=tmp_path / "run", progress=False)
+    result = rlax_trpo.run(config, seeds=8, out=tmp_path / "run", progress=False)
     first = np.nanmean(result.metrics["episode/return"][:, :5])
-    assert first < 40 and result.summary["final_return_mean"] > 150, (first, result.summary)
+    finals = result.summary["final_return_per_seed"]
+    assert first < 40 and np.median(finals) > 100, (first, finals)
 
 
 def test_an_installed_packages_entry_point_is_loaded(tmp_path):
