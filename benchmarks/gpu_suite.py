@@ -150,6 +150,8 @@ def _run_steps(out: Path, tiny: bool, craftax_steps: int | None) -> list[Step]:
     for kind, pattern, what in (("recurrent", RECURRENT, "recurrent-policy"),
                                 ("craftax", CRAFTAX, "Craftax")):  # fmt: skip
         names = _bundled(pattern)
+        if kind == "recurrent":  # recurrent Craftax configs run in the craftax steps
+            names = [n for n in names if not CRAFTAX.search(n)]
         for config in names:
             extra = list(small)
             if kind == "craftax" and craftax_steps and not tiny:
