@@ -54,10 +54,11 @@ def run(config_name: str, overrides: list[str], seeds: int) -> dict:
     import jax
 
     from rlax_trpo.config import load_config
-    from rlax_trpo.training import make_train
+    from rlax_trpo.training import make_trainer
 
     config = load_config(config_name, overrides)
-    train = jax.jit(jax.vmap(make_train(config), (0, None)))
+    trainer = make_trainer(config)
+    train = jax.jit(jax.vmap(trainer.train, (0, None)))
     keys = jax.random.split(jax.random.PRNGKey(0), seeds)
     start = time.perf_counter()
     _, metrics = jax.block_until_ready(train(keys, config.hp))
@@ -66,13 +67,13 @@ def run(config_name: str, overrides: list[str], seeds: int) -> dict:
     every = max(1, curve.shape[1] // 40)
     return {
         "overrides": overrides,
-        "steps_per_iteration": config.steps_per_iteration,
-        "iterations": config.num_iterations,
-        "env_steps": config.num_iterations * config.steps_per_iteration,
+        "steps_per_iteration": trainer.steps_per_iteration,
+        "iterations": trainer.num_iterations,
+        "env_steps": trainer.num_iterations * trainer.steps_per_iteration,
         "wall_seconds_with_compile": round(wall, 1),
         "final_return": final_return(metrics).round(1),
         "final_return_mean": round(float(final_return(metrics).mean()), 1),
-        "curve_env_steps": (np.arange(curve.shape[1])[::every] + 1) * config.steps_per_iteration,
+        "curve_env_steps": (np.arange(curve.shape[1])[::every] + 1) * trainer.steps_per_iteration,
         "curve_return": curve[:, ::every].round(1),
     }
 

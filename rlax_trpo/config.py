@@ -40,6 +40,7 @@ from rlax_trpo.fields import (  # noqa: F401  (the public names of a configurati
     hparams_model,
     validate_model,
 )
+from rlax_trpo.memory import memory_cells
 from rlax_trpo.yamlio import merge_overrides, parse_overrides, read_yaml
 
 
@@ -136,7 +137,19 @@ def validate_config(raw: Any) -> tuple[BaseModel, Any]:
     spec = get_spec(name)
     model_cls = config_model(spec)
     _check_keys(raw, name, model_cls, spec.hparams.names())
-    return validate_model(model_cls, raw), spec
+    model = validate_model(model_cls, raw)
+    policy_cell, value_cell = memory_cells(model)
+    if (policy_cell or value_cell) and not spec.memory:
+        key = "memory" if policy_cell else "value_memory"
+        raise ConfigError(
+            f"{key}: algorithm {name} does not read memory networks' sequences "
+            f"(registered without memory=True); use {key}=none"
+        )
+    fields = type(model).model_fields
+    if not (policy_cell or value_cell) and "memory_size" in fields:
+        if model.memory_size != fields["memory_size"].default:
+            raise ConfigError("memory_size: read only with memory: gru | lstm (or value_memory)")
+    return model, spec
 
 
 def _check_keys(raw: dict, name: str, model_cls: type[BaseModel], hp_names: list[str]) -> None:

@@ -13,6 +13,7 @@ from rlax_trpo.config import Config
 from rlax_trpo.envs import Env
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.networks import Networks
+from rlax_trpo.normalization import observation_transform
 from rlax_trpo.rollout import reset_envs
 from rlax_trpo.types import TrainState
 
@@ -41,8 +42,7 @@ def make_evaluate(
         k_reset, k_run = jax.random.split(key)
         obs, env_state = reset_envs(env, k_reset, num_episodes)
 
-        def transform(o):
-            return state.obs_stats.normalize(o) if config.normalize_obs else o
+        transform = observation_transform(config.normalize_obs, state.obs_stats)
 
         keys = jax.random.split(k_run, horizon)
 
@@ -134,9 +134,7 @@ def make_episode_recorder(
 
     def advance(state: TrainState, carry: Any) -> tuple[Any, Episode]:
         t0, keys, env_state, obs, memory = carry
-
-        def transform(o):
-            return state.obs_stats.normalize(o) if config.normalize_obs else o
+        transform = observation_transform(config.normalize_obs, state.obs_stats)
 
         def step(inner, i):
             env_state, obs, memory = inner
@@ -180,16 +178,16 @@ def record_episode(recorder: EpisodeRecorder, state: TrainState, key: jax.Array)
 
 def policy_memory(networks: Networks, batch: int) -> Any:
     """The policy's initial memory for `batch` episodes (None for a feed-forward policy)."""
-    return networks.initial_memory(batch).policy if networks.recurrent else None
+    return None if networks.memory is None else networks.memory.initial(batch).policy
 
 
 def act(networks: Networks, params: Any, memory: Any, obs: jax.Array) -> tuple[Any, Any]:
     """(memory, distribution) of the policy at `obs` `[B, ...]`: each episode evaluated here
     runs until its first end, so its memory starts at the initial state and is never reset."""
-    if memory is None and not networks.recurrent:
+    if networks.memory is None:
         return None, networks.policy(params, obs)
     first = jnp.zeros(obs.shape[:1], bool)
-    return networks.policy_step(params, memory, obs, first)
+    return networks.memory.policy_step(params, memory, obs, first)
 
 
 def render_gif(env: Env, episode: Episode, path: str | Path) -> int:

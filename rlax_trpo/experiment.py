@@ -89,6 +89,7 @@ class RunPlan(NamedTuple):
     log_every: int | None
     keep_checkpoints: int = 2
     start_over: bool = False  # a resumed run that had saved no checkpoint: from iteration 0
+    num_iterations: int | None = None  # the Program's (`build`)
 
     @property
     def settings(self) -> list[dict[str, float]]:
@@ -103,8 +104,8 @@ class RunPlan(NamedTuple):
         return self.chunk_iterations is not None
 
     @property
-    def total(self) -> int:  # iterations
-        return self.config.num_iterations
+    def total(self) -> int:  # iterations, known once the Program is built
+        return self.num_iterations
 
     @property
     def chunk(self) -> int:  # iterations between checkpoints (the whole run when unchunked)
@@ -264,8 +265,9 @@ def _drive(plan: RunPlan, stop: StopRequest) -> RunResult:
     when it holds a checkpoint, else what this run wrote is removed; the failure becomes
     one line (`RunFailed`) saying what was kept."""
     owner = jax.process_index() == 0
-    bar = ProgressBar(plan.total, 0, plan.progress and owner, plan.population)
+    bar = ProgressBar(0, 0, plan.progress and owner, plan.population)
     program = build(plan, bar)
+    plan = plan._replace(num_iterations=program.num_iterations)
     placement = place(plan, program)
     setup = Setup(plan, program, placement, folder=make_folder(plan, program, owner))
     stop.kept = lambda: describe_kept(setup.folder)
@@ -311,6 +313,7 @@ def build(plan: RunPlan, bar: ProgressBar) -> Program:
     against its hyperparameters."""
     program = make_program(plan.config, progress=bar)
     bar.steps_per_iteration = program.steps_per_iteration
+    bar.total = program.num_iterations
     for name in plan.sweep.names:
         if name.removeprefix("hp.") not in program.hparam_names:
             raise ConfigError(f"--sweep {name}: not a hyperparameter of {plan.config.algorithm}")

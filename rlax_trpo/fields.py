@@ -177,14 +177,11 @@ class ControlFields(RunFields):
         return self.num_envs * self.num_steps
 
     @property
-    def steps_per_iteration(self) -> int:
-        """Environment steps one iteration spends: the rollout's, plus whatever else an
-        estimator steps (the vine's branches), so that budgets compare fairly."""
-        return self.batch_size
-
-    @property
     def num_iterations(self) -> int:
-        return self.total_env_steps // self.steps_per_iteration
+        """Iterations of a run whose iteration spends its rollout's `num_envs x num_steps`
+        env steps. An estimator that steps more (the vine's branches) runs fewer, so that
+        budgets compare fairly: `Trainer.num_iterations` is every run's own count."""
+        return self.total_env_steps // self.batch_size
 
 
 def validate_model(model_cls: type[BaseModel], data: dict[str, Any], prefix: str = "") -> Any:

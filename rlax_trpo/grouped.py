@@ -17,6 +17,7 @@ import jax.numpy as jnp
 
 from rlax_trpo.advantages import first_episode_mask
 from rlax_trpo.envs import Env
+from rlax_trpo.networks import Networks
 from rlax_trpo.rollout import (
     Collect,
     EnvCarry,
@@ -67,6 +68,23 @@ def warn_short_horizon(env: Env, num_steps: int) -> None:
     text = horizon_warning(env, num_steps)
     if text:
         print(text, file=sys.stderr, flush=True)
+
+
+def grouped_log_prob(networks: Networks, policy: Any, mb: Any) -> tuple[Any, Any]:
+    """(log pi(a|s), entropy) at every step of a grouped minibatch `mb` (leaves `[n, T, G,
+    ...]`, as GRPO's `group_minibatches` makes them); with memory each trajectory is re-run
+    from its start memory."""
+    if mb.memory is None:
+        dist = networks.policy(policy, mb.obs)
+        return dist.log_prob(mb.action), dist.entropy()
+    n, steps, g = mb.action.shape[:3]
+    # [n, T, G, ...] -> [T, n * G, ...]: one batch axis, as the rollout had (a cell over a
+    # rank-3 batch inside the update's scans took XLA:CPU's LLVM over 10 minutes to compile).
+    time_major = lambda x: jnp.moveaxis(x, 1, 0).reshape((steps, n * g) + x.shape[3:])
+    memory = jax.tree.map(lambda h: h.reshape((n * g,) + h.shape[2:]), mb.memory.policy)
+    dist = networks.memory.policy_sequence(policy, memory, time_major(mb.obs), time_major(mb.first))
+    back = lambda x: jnp.moveaxis(x.reshape((steps, n, g)), 0, 1)
+    return back(dist.log_prob(time_major(mb.action))), back(dist.entropy())
 
 
 def make_grouped_collect(group_size: int) -> Collect:

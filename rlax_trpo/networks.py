@@ -1,11 +1,13 @@
 """Linen policy and value networks, separate, with orthogonal initialisation.
 
-`make_networks(config, spec)` returns `Networks(init, policy, value)`:
+`make_networks(config, spec)` returns `Networks(init, policy, value, spec, memory)`:
   * `init(key) -> Params(policy, value)`
   * `policy(policy_params, obs) -> distrax.Distribution` over actions for obs `[..., *obs_shape]`
     (Categorical for discrete actions; diagonal Gaussian with a learned state-independent
     log-std for continuous ones, Huang et al. 2022 detail 3 of the continuous list)
   * `value(value_params, obs) -> [...]`
+  * `memory`: None, or with `memory: gru | lstm` the state-carrying step and sequence
+    functions (`MemoryFunctions`)
 Initialisation follows the PPO implementation details: orthogonal with gain sqrt(2) for
 hidden layers, 0.01 for the policy head and 1.0 for the value head, biases zero. The
 orthogonal matrices are flax's, computed without LAPACK (`rlax_trpo.initializers`): a
@@ -73,32 +75,50 @@ class ValueNet(nn.Module):
         return dense(1, 1.0)(x)[..., 0]
 
 
+class MemoryFunctions(NamedTuple):
+    """The state-carrying functions of networks with memory (`memory: gru | lstm`).
+
+    A memory network reads one step of a batch of environments `[B, ...]` (`*_step`) or a
+    stored time-major rollout `[T, B, ...]` from the memory it started with (`*_sequence`,
+    `rlax_trpo.memory`). A feed-forward part of a pair with memory (e.g. a critic without)
+    ignores the state it is given.
+
+      initial(batch) -> Memory                           both networks' initial state
+      policy_step(params, memory, obs, first) -> (memory, distribution)
+      value_step(params, memory, obs, first) -> (memory, values)
+      policy_sequence(params, memory0, obs, first) -> distribution `[T, B]`
+      value_sequence(params, memory0, obs, first, final_obs=None) -> (V, V(final_obs))
+      joint_sequence(Params, Memory, obs, first) -> (distribution, values), in one scan
+    """
+
+    initial: Callable[[int], Memory]
+    policy_step: Callable[..., Any]
+    value_step: Callable[..., Any]
+    policy_sequence: Callable[..., Any]
+    value_sequence: Callable[..., Any]
+    joint_sequence: Callable[..., Any]
+
+
 class Networks(NamedTuple):
     """The policy and critic of a run, as pure functions of their parameters.
 
     Feed-forward networks read observations of any batch shape: `policy(params, obs)`,
-    `value(params, obs)`. With memory (`memory: gru | lstm`) the networks also carry a state:
-    `initial_memory(batch)` gives both networks' initial `Memory` (None for a feed-forward
-    one), the `*_step` functions read one step `[B, ...]` and the `*_sequence` functions a
-    time-major rollout `[T, B, ...]` from its start memory (`rlax_trpo.memory`). A
-    feed-forward network in a run with memory (e.g. a critic without) ignores the state.
+    `value(params, obs)`. Networks with memory carry a state as well: `memory` holds their
+    step and sequence functions (`MemoryFunctions`), and `policy`/`value` refuse to run
+    without it. Code that reads a stored batch either way goes through `policy_on`,
+    `value_on` and `policy_and_value_on` (and the algorithms' `BatchLayout`), so it never
+    asks which kind it has.
     """
 
     init: Callable[[jax.Array], Params]
     policy: Callable[[Any, jax.Array], distrax.Distribution]
     value: Callable[[Any, jax.Array], jax.Array]
-    # With memory: None where neither network has any.
-    initial_memory: Callable[[int], Memory] | None = None
-    policy_step: Any = None  # (params, memory, obs, first) -> (memory, distribution)
-    value_step: Any = None  # (params, memory, obs, first) -> (memory, values)
-    policy_sequence: Any = None  # (params, memory0, obs, first) -> distribution `[T, B]`
-    value_sequence: Any = None  # (params, memory0, obs, first, final_obs) -> (V, V(final))
-    # (Params, Memory, obs, first) -> (distribution, values): both in one scan over time
-    joint_sequence: Any = None
+    spec: EnvSpec | None = None  # the environment's observations and actions
+    memory: MemoryFunctions | None = None  # None: neither network has memory
 
     @property
     def recurrent(self) -> bool:
-        return self.initial_memory is not None
+        return self.memory is not None
 
 
 def policy_on(networks: Networks, params: Any, batch: Any) -> distrax.Distribution:
@@ -107,21 +127,31 @@ def policy_on(networks: Networks, params: Any, batch: Any) -> distrax.Distributi
     memory it started with."""
     if batch.memory is None:
         return networks.policy(params, batch.obs)
-    return networks.policy_sequence(params, batch.memory.policy, batch.obs, batch.first)
+    return networks.memory.policy_sequence(params, batch.memory.policy, batch.obs, batch.first)
 
 
 def policy_and_value_on(networks: Networks, params: Params, batch: Any) -> tuple[Any, Any]:
     """`(policy_on, value_on)` of one `Params`; with memory both re-run in one scan."""
     if batch.memory is None:
         return networks.policy(params.policy, batch.obs), networks.value(params.value, batch.obs)
-    return networks.joint_sequence(params, batch.memory, batch.obs, batch.first)
+    return networks.memory.joint_sequence(params, batch.memory, batch.obs, batch.first)
 
 
 def value_on(networks: Networks, params: Any, batch: Any) -> jax.Array:
     """The critic's values at every step of `batch` (as `policy_on`)."""
+    return values_and_bootstrap(networks, params, batch)[0]
+
+
+def values_and_bootstrap(
+    networks: Networks, params: Any, batch: Any, final_obs: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array | None]:
+    """(V at every step of `batch`, V(`final_obs`) or None): with memory, V(final_obs[t])
+    continues the episode of step t from the memory after it (no reset)."""
     if batch.memory is None:
-        return networks.value(params, batch.obs)
-    return networks.value_sequence(params, batch.memory.value, batch.obs, batch.first)[0]
+        values = networks.value(params, batch.obs)
+        return values, None if final_obs is None else networks.value(params, final_obs)
+    memory = networks.memory
+    return memory.value_sequence(params, batch.memory.value, batch.obs, batch.first, final_obs)
 
 
 def uses_cnn(config: Any, spec: EnvSpec) -> bool:
@@ -160,7 +190,7 @@ def make_networks(config: Any, spec: EnvSpec, with_value: bool = True) -> Networ
     value_net = ValueNet(value_hidden, config.activation, cnn)
     dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
     if policy_cell is None and (value_cell is None or not with_value):
-        return _feed_forward(policy_net, value_net, to_dist, dummy, with_value)
+        return _feed_forward(policy_net, value_net, to_dist, dummy, with_value, spec)
 
     def part(ff_net, cell, head, hidden_sizes):
         if cell is None:
@@ -219,20 +249,19 @@ def make_networks(config: Any, spec: EnvSpec, with_value: bool = True) -> Networ
     def no_memory(*_):
         raise TypeError("a memory policy needs its state: use policy_step or policy_sequence")
 
+    fns = MemoryFunctions(
+        memory, policy_step, value_step, policy_sequence, value_sequence, joint_sequence
+    )
     return Networks(
         init,
         no_memory if pi_rec else lambda params, obs: to_dist(pi_ff.apply(params, obs)),
         no_memory if v_rec else value_net.apply,
-        memory,
-        policy_step,
-        value_step,
-        policy_sequence,
-        value_sequence,
-        joint_sequence,
+        spec,
+        fns,
     )
 
 
-def _feed_forward(policy_net, value_net, to_dist, dummy, with_value) -> Networks:
+def _feed_forward(policy_net, value_net, to_dist, dummy, with_value, spec) -> Networks:
     def init(key: jax.Array) -> Params:
         k_pi, k_v = jax.random.split(key)
         pi = policy_net.init(k_pi, dummy)
@@ -245,4 +274,4 @@ def _feed_forward(policy_net, value_net, to_dist, dummy, with_value) -> Networks
     def value(params, obs):
         return value_net.apply(params, obs)
 
-    return Networks(init, policy, value)
+    return Networks(init, policy, value, spec)

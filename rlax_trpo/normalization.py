@@ -10,13 +10,11 @@ observations. Reward scaling divides rewards by the running std of the discounte
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import flax.struct
 import jax
 import jax.numpy as jnp
-
-from rlax_trpo.types import Trajectory
 
 
 @flax.struct.dataclass
@@ -88,13 +86,14 @@ def observation_transform(
 
 
 def normalize_trajectory(
-    config, stats: Statistics, traj: Trajectory, done: jax.Array, gamma: jax.Array
-) -> tuple[Trajectory, Statistics]:
+    config, stats: Statistics, traj: Any, done: jax.Array, gamma: jax.Array
+) -> tuple[Any, Statistics]:
     """The learner's view of a raw rollout, and the statistics updated with it.
 
-    Rewards are scaled with return statistics that already include this rollout; observations
-    (`obs`, `final_obs`) are normalised with the statistics the policy acted with, which are
-    updated only afterwards.
+    `traj` is a `Trajectory`, or an algorithm's own rollout record with the same `obs`,
+    `reward` and `normalized(obs_fn, reward_fn)`. Rewards are scaled with return statistics
+    that already include this rollout; observations are normalised with the statistics the
+    policy acted with, which are updated only afterwards.
     """
     obs_stats, return_stats, return_acc = stats
     raw_obs = traj.obs
@@ -103,11 +102,7 @@ def normalize_trajectory(
         return_acc, returns = discounted_return_trace(return_acc, traj.reward, done, gamma)
         return_stats = return_stats.update(returns.reshape(-1))
         scale_reward = return_stats.scale
-        traj = traj._replace(reward=scale_reward(traj.reward))
-    transform = observation_transform(config.normalize_obs, obs_stats)
-    traj = traj._replace(obs=transform(traj.obs), final_obs=transform(traj.final_obs))
-    if traj.branches is not None:  # the vine's branches: the same view
-        traj = traj._replace(branches=traj.branches.normalized(transform, scale_reward))
+    view = traj.normalized(observation_transform(config.normalize_obs, obs_stats), scale_reward)
     if config.normalize_obs:
         obs_stats = obs_stats.update(raw_obs.reshape((-1,) + raw_obs.shape[2:]))
-    return traj, Statistics(obs_stats, return_stats, return_acc)
+    return view, Statistics(obs_stats, return_stats, return_acc)

@@ -29,7 +29,9 @@ class EnvCarry(NamedTuple):
 
 
 class RolloutResult(NamedTuple):
-    trajectory: Trajectory  # raw (unnormalised) observations, `[T, B, ...]`
+    # Raw (unnormalised) observations, `[T, B, ...]`; an `Algorithm.collect` may return a
+    # record of its own with the same `obs`, `reward` and `normalized` (the vine's).
+    trajectory: Trajectory
     carry: EnvCarry  # where to continue from
     finished_return: jax.Array  # `[T, B]` return of the episode that ended at t, else 0
     finished_length: jax.Array  # `[T, B]`

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -33,7 +33,14 @@ from rlax_trpo.normalization import (
     normalize_trajectory,
     observation_transform,
 )
-from rlax_trpo.rollout import EnvCarry, PolicyFn, collect, fresh_episodes, reset_envs
+from rlax_trpo.rollout import (
+    EnvCarry,
+    PolicyFn,
+    RolloutResult,
+    collect,
+    fresh_episodes,
+    reset_envs,
+)
 from rlax_trpo.types import Metrics, Params, TrainState
 
 ProgressFn = Callable[[jax.Array, jax.Array], None]
@@ -50,6 +57,8 @@ class Trainer(NamedTuple):
     networks: Networks
     algorithm: Algorithm
     config: Config
+    steps_per_iteration: int  # env steps of one iteration: the rollout's and any extra
+    num_iterations: int  # of a whole run: total_env_steps // steps_per_iteration
 
 
 def make_trainer(config: Config, progress: ProgressFn | None = None) -> Trainer:
@@ -115,37 +124,13 @@ def make_trainer(config: Config, progress: ProgressFn | None = None) -> Trainer:
         traj, stats = normalize_trajectory(config, stats, ro.trajectory, ro.done, hp.gamma)
 
         batch = algorithm.make_batch(state.params, traj, hp)
-        params, algo_state, metrics = algorithm.update(
-            state.params, state.algo_state, batch, hp, k_update
-        )
-
-        # A non-finite update (parameters, or the figures it was computed from) is not
-        # applied, and none after it: a diverged run keeps its last finite parameters and
-        # records where it diverged, while the other members of a population go on.
-        finite = _all_finite(params) & _all_finite((metrics, traj.reward))
-        healthy = state.diverged_at < 0
-        apply = finite & healthy
-        keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(apply, n, o), new, old)
-        params = keep(params, state.params)
-        algo_state = keep(algo_state, state.algo_state)
-        diverged_at = jnp.where(healthy & ~finite, state.iteration, state.diverged_at)
-
-        count = ro.done.sum()
-        mean_return = ro.finished_return.sum() / jnp.maximum(count, 1)
-        last_return = jnp.where(count > 0, mean_return, state.last_return)
-        metrics = {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
-        metrics.update(
-            {
-                "episode/return": last_return,
-                "episode/count": count.astype(jnp.float32),
-                "episode/return_sum": ro.finished_return.sum(),
-                "episode/length": ro.finished_length.sum() / jnp.maximum(count, 1),
-                "train/reward": traj.reward.mean(),
-                "train/finite": finite.astype(jnp.float32),
-            }
-        )
-        for name, total in (ro.episode_info or {}).items():  # the environment's figures
-            metrics[f"episode/{name}_sum"] = jnp.asarray(total, jnp.float32)
+        update = algorithm.update(state.params, state.algo_state, batch, hp, k_update)
+        params, algo_state, diverged_at, finite = guard_divergence(state, update, traj.reward)
+        metrics = {k: jnp.asarray(v, jnp.float32) for k, v in update[2].items()}
+        last_return, episode_metrics = episode_metrics_of(ro, state.last_return)
+        metrics.update(episode_metrics)
+        metrics["train/reward"] = traj.reward.mean()
+        metrics["train/finite"] = finite.astype(jnp.float32)
         if progress is not None:
             jax.debug.callback(progress, state.iteration, last_return)
         new_state = state.replace(
@@ -169,10 +154,24 @@ def make_trainer(config: Config, progress: ProgressFn | None = None) -> Trainer:
     def run(state: TrainState, hp: HParams, num_iterations: int):
         return jax.lax.scan(lambda s, _: iteration(s, hp), state, None, length=num_iterations)
 
-    def train(key: jax.Array, hp: HParams):
-        return run(init(key, hp), hp, config.num_iterations)
+    steps_per_iteration = config.batch_size + algorithm.extra_env_steps
+    num_iterations = config.total_env_steps // steps_per_iteration
 
-    return Trainer(init, iteration, run, train, env, networks, algorithm, config)
+    def train(key: jax.Array, hp: HParams):
+        return run(init(key, hp), hp, num_iterations)
+
+    return Trainer(
+        init,
+        iteration,
+        run,
+        train,
+        env,
+        networks,
+        algorithm,
+        config,
+        steps_per_iteration,
+        num_iterations,
+    )
 
 
 def make_train(config: Config, progress: ProgressFn | None = None):
@@ -184,27 +183,63 @@ def make_train(config: Config, progress: ProgressFn | None = None):
     return make_trainer(config, progress).train
 
 
+def guard_divergence(
+    state: TrainState, update: tuple[Params, Any, Metrics], reward: jax.Array
+) -> tuple[Params, Any, jax.Array, jax.Array]:
+    """The divergence guard: `(params, algo_state, diverged_at, finite)` after `update`.
+
+    A non-finite update (parameters, or the figures it was computed from) is not applied,
+    and none after it: a diverged member keeps its last finite parameters and records the
+    iteration where it diverged, while the other members of a population go on.
+    """
+    params, algo_state, metrics = update
+    finite = _all_finite(params) & _all_finite((metrics, reward))
+    healthy = state.diverged_at < 0
+    apply = finite & healthy
+    keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(apply, n, o), new, old)
+    diverged_at = jnp.where(healthy & ~finite, state.iteration, state.diverged_at)
+    return keep(params, state.params), keep(algo_state, state.algo_state), diverged_at, finite
+
+
+def episode_metrics_of(ro: RolloutResult, last_return: jax.Array) -> tuple[jax.Array, Metrics]:
+    """(the latest mean return, carried when no episode finished; the `episode/` metrics) of
+    the episodes that finished during a rollout, the environment's own figures included."""
+    count = ro.done.sum()
+    mean_return = ro.finished_return.sum() / jnp.maximum(count, 1)
+    last_return = jnp.where(count > 0, mean_return, last_return)
+    metrics = {
+        "episode/return": last_return,
+        "episode/count": count.astype(jnp.float32),
+        "episode/return_sum": ro.finished_return.sum(),
+        "episode/length": ro.finished_length.sum() / jnp.maximum(count, 1),
+    }
+    for name, total in (ro.episode_info or {}).items():
+        metrics[f"episode/{name}_sum"] = jnp.asarray(total, jnp.float32)
+    return last_return, metrics
+
+
 def acting_policy(networks: Networks, params: Params, transform: Callable) -> PolicyFn:
     """The rollout's policy function for `params` (`rollout.PolicyFn`): observations through
     `transform`, then the policy; with memory, both networks' memories advanced."""
-    if not networks.recurrent:
+    if networks.memory is None:
         return lambda obs: networks.policy(params.policy, transform(obs))
+    fns = networks.memory
 
     def policy(memory: Memory, obs: jax.Array, first: jax.Array):
         obs = transform(obs)
-        pi_memory, dist = networks.policy_step(params.policy, memory.policy, obs, first)
+        pi_memory, dist = fns.policy_step(params.policy, memory.policy, obs, first)
         v_memory = memory.value
         if v_memory is not None:  # the critic's memory follows the same steps
-            v_memory, _ = networks.value_step(params.value, v_memory, obs, first)
+            v_memory, _ = fns.value_step(params.value, v_memory, obs, first)
         return Memory(pi_memory, v_memory), dist
 
     return policy
 
 
 def _initial_memory(networks: Networks, algorithm: Algorithm, num_envs: int) -> Memory | None:
-    if not networks.recurrent:
+    if networks.memory is None:
         return None
-    memory = networks.initial_memory(num_envs)
+    memory = networks.memory.initial(num_envs)
     return memory if algorithm.critic else memory._replace(value=None)
 
 

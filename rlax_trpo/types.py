@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import flax.struct
@@ -21,7 +22,9 @@ class Trajectory(NamedTuple):
     """A time-major rollout, every leaf `[T, B, ...]`.
 
     `final_obs[t]` is the observation reached by step t before any automatic reset, so
-    `V(final_obs[t])` bootstraps truncated steps and the rollout end.
+    `V(final_obs[t])` bootstraps truncated steps and the rollout end. An algorithm that
+    collects more than this (`Algorithm.collect`, e.g. the vine's branches) returns its own
+    record with the same `obs`, `reward` and `normalized`, which the training loop reads.
     """
 
     obs: jax.Array
@@ -35,10 +38,13 @@ class Trajectory(NamedTuple):
     # `memory` is the networks' `Memory` at the rollout's start (`[B, ...]` leaves).
     first: Any = None
     memory: Any = None
-    # Estimators that branch from restored states (the vine) keep their branches here
-    # (`rlax_trpo.algorithms.vine.Branches`); observations and rewards in it are raw until
-    # the learner's view normalises them with the trajectory's.
-    branches: Any = None
+
+    def normalized(self, obs_fn: Callable, reward_fn: Callable) -> Trajectory:
+        """The learner's view: observations (`obs`, `final_obs`) through `obs_fn`, rewards
+        through `reward_fn` (the run's normalisation, `rlax_trpo.normalization`)."""
+        return self._replace(
+            obs=obs_fn(self.obs), reward=reward_fn(self.reward), final_obs=obs_fn(self.final_obs)
+        )
 
 
 class Batch(NamedTuple):
@@ -101,6 +107,7 @@ class Program(NamedTuple):
     run: Any
     evaluate: Any
     steps_per_iteration: int  # environment steps (or sampled sequences) per member
+    num_iterations: int  # of the whole run
     unit: str  # what a step is, for people: "env steps", "sequences"
     num_envs: int | None  # the axis `--shard envs` splits; None: not splittable
     eval_every: int | None  # also evaluate every K iterations, recorded as `eval_metric`

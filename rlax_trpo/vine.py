@@ -34,7 +34,9 @@ import jax
 import jax.numpy as jnp
 
 from rlax_trpo.envs import Env
+from rlax_trpo.errors import ConfigError
 from rlax_trpo.rollout import Collect, EnvCarry, PolicyFn, RolloutResult, collect
+from rlax_trpo.types import Trajectory
 
 
 class Branches(NamedTuple):
@@ -52,6 +54,68 @@ class Branches(NamedTuple):
         return self._replace(
             obs=obs_fn(self.obs), reward=reward_fn(self.reward), boot_obs=obs_fn(self.boot_obs)
         )
+
+
+class VineTrajectory(NamedTuple):
+    """The vine's rollout record: the single path (what the critic learns from) and the
+    branches of its rollout set. The training loop reads it as it reads a `Trajectory`: the
+    raw `obs` and `reward` of the path, and `normalized` for the learner's view."""
+
+    path: Trajectory
+    branches: Branches
+
+    @property
+    def obs(self) -> jax.Array:
+        return self.path.obs
+
+    @property
+    def reward(self) -> jax.Array:
+        return self.path.reward
+
+    def normalized(self, obs_fn: Callable, reward_fn: Callable) -> VineTrajectory:
+        """The learner's view of the path and the branches alike."""
+        return VineTrajectory(
+            self.path.normalized(obs_fn, reward_fn), self.branches.normalized(obs_fn, reward_fn)
+        )
+
+
+class BranchPlan(NamedTuple):
+    """How many branches each state of the rollout set gets, and what they cost."""
+
+    num_actions: int  # K branches per state
+    every_action: bool  # the K actions are every action of a discrete space
+    extra_env_steps: int  # env steps of the branches per iteration (S x K x H)
+
+
+def plan_branches(config: Any, networks: Any) -> BranchPlan:
+    """The branches of a vine config for the environment its `networks` were built for
+    (`networks.spec`): `vine_actions` sampled actions, or 0 for every action of a discrete
+    space; the config checked against it (one-line ConfigErrors)."""
+    spec = networks.spec
+    if networks.recurrent:
+        raise ConfigError("sampling: vine needs a policy without memory (memory: none)")
+    num_actions, every_action = config.vine_actions, not config.vine_actions
+    if every_action:
+        if not spec.discrete:
+            raise ConfigError(
+                f"vine_actions: {config.env} has continuous actions; set the number of "
+                "sampled branches per state (>= 2)"
+            )
+        num_actions = spec.num_actions
+    elif num_actions < 2:
+        raise ConfigError(f"vine_actions: {num_actions} sampled branches; use at least 2")
+    if config.vine_states > config.batch_size:
+        raise ConfigError(
+            f"vine_states: {config.vine_states} is more than the rollout's "
+            f"num_envs x num_steps = {config.batch_size} states"
+        )
+    extra = config.vine_states * num_actions * config.vine_horizon
+    if config.total_env_steps < config.batch_size + extra:
+        raise ConfigError(
+            f"total_env_steps: {config.total_env_steps} is less than one vine iteration "
+            f"({config.batch_size + extra} env steps with the branches)"
+        )
+    return BranchPlan(num_actions, every_action, extra)
 
 
 def branch_actions(
@@ -137,7 +201,7 @@ def make_vine_collect(
     num_states: int, num_actions: int, horizon: int, every_action: bool
 ) -> Collect:
     """The vine's rollout (`rollout.Collect`): the single path with its states kept, then the
-    branches of `num_states` of them drawn without replacement, in `trajectory.branches`."""
+    branches of `num_states` of them drawn without replacement: a `VineTrajectory`."""
 
     def vine_collect(
         env: Env, policy: PolicyFn, carry: EnvCarry, key: jax.Array, num_steps: int
@@ -153,8 +217,7 @@ def make_vine_collect(
             env, policy, states, obs, actions, k_branch, horizon
         )
         branches = Branches(obs, actions, log_prob, rewards, boot_obs, boot_step)
-        traj = ro.trajectory._replace(branches=branches)
-        return ro._replace(trajectory=traj, env_states=None)
+        return ro._replace(trajectory=VineTrajectory(ro.trajectory, branches), env_states=None)
 
     return vine_collect
 

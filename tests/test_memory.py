@@ -21,7 +21,7 @@ from jax.flatten_util import ravel_pytree
 import train
 from rlax_trpo import Config, load_policy, make_trainer
 from rlax_trpo import trust_region as tr
-from rlax_trpo.algorithms.common import sequence_minibatches
+from rlax_trpo.algorithms.common import BatchLayout, sequence_minibatches
 from rlax_trpo.algorithms.trpo import kl_fn
 from rlax_trpo.envs import make_env
 from rlax_trpo.memory import Memory, MemoryNet
@@ -53,7 +53,7 @@ def _sequences(config: Config, key, steps=6):
     obs = jax.random.normal(k_obs, (steps, b, *spec.obs_shape))
     first = jax.random.bernoulli(k_first, 0.3, (steps, b))
     action = jax.random.randint(k_act, (steps, b), 0, spec.num_actions)
-    memory = jax.tree.map(lambda h: jax.random.normal(k_mem, h.shape), nets.initial_memory(b))
+    memory = jax.tree.map(lambda h: jax.random.normal(k_mem, h.shape), nets.memory.initial(b))
     return nets, nets.init(k_par), obs, first, action, memory
 
 
@@ -65,7 +65,7 @@ def test_nothing_crosses_an_episode_start(cell):
     config = _config(memory=cell)
     nets, params, obs, first, _, memory = _sequences(config, jax.random.key(0))
     first = first.at[3].set(True)  # every environment starts an episode at t = 3
-    logits = lambda o, m: nets.policy_sequence(params.policy, m.policy, o, first).logits
+    logits = lambda o, m: nets.memory.policy_sequence(params.policy, m.policy, o, first).logits
     base = logits(obs, memory)
     other_obs = obs.at[:3].set(jax.random.normal(jax.random.key(9), obs[:3].shape))
     other_mem = jax.tree.map(lambda h: h + 1.0, memory)
@@ -73,7 +73,7 @@ def test_nothing_crosses_an_episode_start(cell):
         np.testing.assert_array_equal(changed[3:], base[3:])
         assert not np.allclose(changed[:3], base[:3])  # before it, they do depend
     # The one-step form, starting an episode: the memory it was given is ignored.
-    step = lambda m: nets.policy_step(params.policy, m.policy, obs[0], jnp.ones(4, bool))
+    step = lambda m: nets.memory.policy_step(params.policy, m.policy, obs[0], jnp.ones(4, bool))
     np.testing.assert_array_equal(step(memory)[1].logits, step(other_mem)[1].logits)
 
 
@@ -138,10 +138,10 @@ def _zeros_memory(cell, batch, size):
 def test_sequence_equals_the_steps_the_rollout_takes():
     config = _config()
     nets, params, obs, first, _, memory = _sequences(config, jax.random.key(1))
-    seq = nets.policy_sequence(params.policy, memory.policy, obs, first).logits
+    seq = nets.memory.policy_sequence(params.policy, memory.policy, obs, first).logits
     m, steps = memory.policy, []
     for t in range(obs.shape[0]):
-        m, dist = nets.policy_step(params.policy, m, obs[t], first[t])
+        m, dist = nets.memory.policy_step(params.policy, m, obs[t], first[t])
         steps.append(dist.logits)
     np.testing.assert_allclose(seq, np.stack(steps), rtol=1e-6, atol=1e-6)
 
@@ -172,7 +172,8 @@ def test_recurrent_fisher_vector_product_is_the_kl_hessian(cell):
     nets, params, obs, first, action, memory = _sequences(config, jax.random.key(4), steps=3)
     zeros = jnp.zeros(first.shape)
     batch = Batch(obs, action, zeros, zeros, zeros, zeros, first, memory)
-    kl = kl_fn(nets, params.policy, batch)
+    layout = BatchLayout(sequences=True, env_major=False, groups=1)
+    kl = kl_fn(nets, layout, params.policy, batch)
     flat, unravel = ravel_pytree(params.policy)
     v = jax.random.normal(jax.random.key(5), flat.shape)
     fvp = ravel_pytree(tr.fisher_vector_product(kl, params.policy, unravel(v), 0.0))[0]
@@ -180,7 +181,7 @@ def test_recurrent_fisher_vector_product_is_the_kl_hessian(cell):
     np.testing.assert_allclose(fvp, hessian @ v, rtol=1e-4, atol=1e-6)
     assert np.abs(hessian @ v).max() > 1e-4  # the KL does reach the recurrent weights
     # A sequence cut at t = 1 (a wrong start memory for the rest) is another quadratic form.
-    cut = kl_fn(nets, params.policy, batch._replace(first=first.at[1].set(True)))
+    cut = kl_fn(nets, layout, params.policy, batch._replace(first=first.at[1].set(True)))
     fvp_cut = ravel_pytree(tr.fisher_vector_product(cut, params.policy, unravel(v), 0.0))[0]
     assert not np.allclose(fvp_cut, fvp, rtol=1e-3)
 
@@ -291,9 +292,9 @@ def test_the_critic_bootstraps_from_the_memory_of_that_step():
     config = _config(algorithm="trpo")
     nets, params, obs, first, _, memory = _sequences(config, jax.random.key(2))
     final_obs = obs + 0.5
-    _, boot = nets.value_sequence(params.value, memory.value, obs, first, final_obs)
+    _, boot = nets.memory.value_sequence(params.value, memory.value, obs, first, final_obs)
     m = memory.value
     for t in range(obs.shape[0]):
-        m, _ = nets.value_step(params.value, m, obs[t], first[t])
-        _, expected = nets.value_step(params.value, m, final_obs[t], jnp.zeros(4, bool))
+        m, _ = nets.memory.value_step(params.value, m, obs[t], first[t])
+        _, expected = nets.memory.value_step(params.value, m, final_obs[t], jnp.zeros(4, bool))
         np.testing.assert_allclose(boot[t], expected, rtol=1e-5, atol=1e-6)

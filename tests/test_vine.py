@@ -13,7 +13,7 @@ from rlax_trpo import vine
 from rlax_trpo.config import Config, load_config
 from rlax_trpo.envs.base import Env, EnvSpec, StepResult
 from rlax_trpo.errors import ConfigError
-from rlax_trpo.training import make_train
+from rlax_trpo.training import make_train, make_trainer
 
 GAMMA = 0.9
 
@@ -131,8 +131,9 @@ def test_the_branches_count_in_the_budget_and_bad_settings_are_refused():
         algorithm="trpo", sampling="vine", num_envs=2, num_steps=64, vine_states=16,
         vine_horizon=8, total_env_steps=10_000,
     )  # fmt: skip
-    assert config.steps_per_iteration == 128 + 16 * 2 * 8  # CartPole: every one of 2 actions
-    assert config.num_iterations == 10_000 // 384
+    trainer = make_trainer(config)
+    assert trainer.steps_per_iteration == 128 + 16 * 2 * 8  # CartPole: every one of 2 actions
+    assert trainer.num_iterations == 10_000 // 384
     with pytest.raises(ConfigError, match="vine_states"):
         make_train(config.replace(vine_states=129))
     with pytest.raises(ConfigError, match="continuous"):

@@ -44,6 +44,7 @@ def register_algorithm(
     hparams: type | None = None,
     base: type | None = None,
     program: Callable[..., Any] | str | None = None,
+    memory: bool = False,
 ) -> None:
     """Add (or replace) an algorithm.
 
@@ -57,17 +58,21 @@ def register_algorithm(
         hyperparameters it reads (default: `ControlHParams`, the discount only).
       base, program: the shared fields of its kind and the `Program` builder (default: a
         control algorithm, `ControlFields` and `rlax_trpo.program.control_program`).
+      memory: whether its update reads memory networks' whole sequences (it builds its
+        batches with `rlax_trpo.algorithms.common.batch_layout` and reads them with
+        `rlax_trpo.networks.policy_on`/`value_on`); without it `memory: gru | lstm` is
+        refused for this algorithm.
     """
     from rlax_trpo.algorithms.base import AlgorithmSpec
 
     if not isinstance(name, str) or not name:
         raise ValueError("register_algorithm: the name must be a non-empty string")
     if isinstance(make, AlgorithmSpec):
-        if any(x is not None for x in (fields, hparams, base, program)):
+        if any(x is not None for x in (fields, hparams, base, program)) or memory:
             raise ValueError("register_algorithm: pass either an AlgorithmSpec or its parts")
         _REGISTRY[name] = make
         return
-    _REGISTRY[name] = AlgorithmSpec.control(make, fields, hparams, base, program)
+    _REGISTRY[name] = AlgorithmSpec.control(make, fields, hparams, base, program, memory)
 
 
 def algorithm_names() -> list[str]:

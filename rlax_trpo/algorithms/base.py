@@ -29,11 +29,16 @@ class Algorithm(NamedTuple):
       make_batch: `(params, trajectory, hp) -> batch` (advantages, targets, masks).
       update: `(params, algo_state, batch, hp, key) -> (params, algo_state, metrics)`.
       collect: the rollout, with `rollout.collect`'s signature; None means the standard
-        continuing rollout (GRPO collects groups from copied start states instead).
+        continuing rollout (GRPO collects groups from copied start states instead). Its
+        result's trajectory may be a record of the algorithm's own (the vine's branches
+        beside the path) with a `Trajectory`'s `obs`, `reward` and `normalized`;
+        `make_batch` then receives that record's learner view.
       critic: whether the method learns a value network; without one `Params.value` is None.
       check_env: optional host-side `(env) -> None`, called once with the environment when
         the trainer is built, before any tracing (e.g. GRPO warns of a horizon shorter than
         the episode limit).
+      extra_env_steps: environment steps an iteration spends beyond its rollout's
+        `num_envs x num_steps` (the vine's branches), counted against `total_env_steps`.
     """
 
     init: Callable[[Params, HParams], Any]
@@ -42,6 +47,7 @@ class Algorithm(NamedTuple):
     collect: Collect | None = None
     critic: bool = True
     check_env: Callable[[Any], None] | None = None
+    extra_env_steps: int = 0
 
 
 class AlgorithmSpec(NamedTuple):
@@ -55,6 +61,9 @@ class AlgorithmSpec(NamedTuple):
       base: the fields shared by every algorithm of its kind (`ControlFields`).
       program: `program(config, progress) -> Program`, what a run compiles and drives (or
         its `"module:attribute"` path).
+      memory: whether its update reads memory networks' batches (whole sequences, through
+        `rlax_trpo.algorithms.common.BatchLayout` and `rlax_trpo.networks.policy_on`); a
+        config asking for `memory` with an algorithm that does not is refused.
     """
 
     make: Any
@@ -62,6 +71,7 @@ class AlgorithmSpec(NamedTuple):
     hparams: type
     base: type
     program: Any = "rlax_trpo.program:control_program"
+    memory: bool = False
 
     @classmethod
     def control(
@@ -71,9 +81,11 @@ class AlgorithmSpec(NamedTuple):
         hparams: type | None = None,
         base: type | None = None,
         program: Any = None,
+        memory: bool = False,
     ) -> AlgorithmSpec:
         """A control algorithm's entry; omitted parts default to no fields of its own, the
-        discount as its only hyperparameter, `ControlFields` and the control program."""
+        discount as its only hyperparameter, `ControlFields`, the control program and no
+        memory networks."""
         from rlax_trpo.fields import ControlFields, ControlHParams, Section
 
         return cls(
@@ -82,4 +94,5 @@ class AlgorithmSpec(NamedTuple):
             hparams or ControlHParams,
             base or ControlFields,
             program or "rlax_trpo.program:control_program",
+            memory,
         )

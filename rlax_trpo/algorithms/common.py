@@ -1,6 +1,9 @@
 """The toolbox every algorithm shares: optimiser, annealing, clipping, batches, critic fitting.
 
-Algorithms import from here (and from the maths modules), never from each other.
+Algorithms import from here (and from the maths modules), never from each other. This is
+also the memory seam: `BatchLayout` is the one place that knows whether the networks carry
+a state, so an update written with it (and with `rlax_trpo.networks.policy_on` and
+friends) runs the same with feed-forward networks and with memory.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ from rlax_trpo import advantages as adv_lib
 from rlax_trpo import losses, shuffle
 from rlax_trpo.config import Config, HParams
 from rlax_trpo.errors import ConfigError
-from rlax_trpo.memory import memory_cells, split_environments
-from rlax_trpo.networks import Networks, value_on
+from rlax_trpo.memory import every_kth_environment, split_environments
+from rlax_trpo.networks import Networks, value_on, values_and_bootstrap
 from rlax_trpo.types import Batch, Params, Trajectory
 
 # ---------------------------------------------------------------- optimiser
@@ -121,32 +124,72 @@ def sequence_minibatches(batch: Any, key: jax.Array, num_minibatches: int) -> An
     return steps._replace(memory=starts)
 
 
-def check_sequence_split(config: Config, field: str, count: int) -> None:
-    """With memory a minibatch is whole environments: `count` must divide `num_envs`."""
-    if any(memory_cells(config)) and config.num_envs % count:
-        raise ConfigError(
-            f"{field}: {count} does not divide num_envs = {config.num_envs}; with memory "
-            "a minibatch holds whole environment sequences"
-        )
+def every_kth(fraction: float) -> int:
+    """The stride k = round(1 / fraction) of a subsample that keeps `fraction` of a batch."""
+    return max(1, round(1.0 / fraction))
 
 
-def batch_layout(config: Config, *minibatch_counts: int) -> tuple[bool, int]:
-    """(env_major, groups) for `flatten_batch` and `minibatches` under `config.shuffle`.
+class BatchLayout(NamedTuple):
+    """How an update reads the rollout's `[T, B]` batch: samples, or whole sequences.
+
+    Feed-forward networks read samples: the learner's batch is flattened to `[N, ...]`
+    (time-major, or env-major with `shuffle: per_env`), a minibatch is shuffled samples and
+    a subsample is every k-th sample. Networks with memory read whole sequences: the
+    learner's batch stays `[T, B]` with its start memory, a minibatch is whole environments
+    and a subsample every k-th environment's sequence (time order is never cut). Built once
+    by `batch_layout`; `rlax_trpo.networks.policy_on`/`value_on` read either kind.
+    """
+
+    sequences: bool  # the networks have memory
+    env_major: bool  # flattened env-major (`shuffle: per_env`)
+    groups: int  # blocks shuffled apart (`minibatches`)
+
+    def learner(self, batch: Any) -> Any:
+        """The batch an update reads: `[N, ...]` samples, or `[T, B]` sequences as they are."""
+        return batch if self.sequences else flatten_batch(batch, self.env_major)
+
+    def minibatches(self, batch: Any, key: jax.Array, num_minibatches: int) -> Any:
+        """A learner batch shuffled and split into `num_minibatches` on a leading axis."""
+        if self.sequences:
+            return sequence_minibatches(batch, key, num_minibatches)
+        return minibatches(batch, key, num_minibatches, self.groups)
+
+    def subsample(self, batch: Any, fraction: float) -> Any:
+        """Every k-th sample of a learner batch (k = `every_kth(fraction)`), or every k-th
+        environment's whole sequence with its start memory (baselines' trpo_mpi takes every
+        5th sample for the Fisher-vector product)."""
+        if not self.sequences:
+            stride = every_kth(fraction)
+            return jax.tree.map(lambda x: x[::stride], batch)
+        steps, starts = every_kth_environment(batch._replace(memory=None), batch.memory, fraction)
+        return steps._replace(memory=starts)
+
+
+def batch_layout(config: Config, networks: Networks, **minibatch_counts: int) -> BatchLayout:
+    """The `BatchLayout` of `config` and `networks`, its minibatch counts checked (each given
+    by its field's name, e.g. `num_minibatches=4`; one-line ConfigErrors).
 
     `shuffle: batch` (the default): time-major, one shuffle of the whole batch.
     `shuffle: per_env`: env-major, each environment's steps shuffled on their own, so
     `--shard envs` runs the update without gathering the trajectory; each minibatch count
-    must divide `num_steps`.
+    must divide `num_steps`. With memory a minibatch holds whole environments: each count
+    must divide `num_envs`.
     """
+    for field, count in minibatch_counts.items():
+        if networks.recurrent and config.num_envs % count:
+            raise ConfigError(
+                f"{field}: {count} does not divide num_envs = {config.num_envs}; with memory "
+                "a minibatch holds whole environment sequences"
+            )
     if config.shuffle == "batch":
-        return False, 1
-    for m in minibatch_counts:
+        return BatchLayout(networks.recurrent, False, 1)
+    for m in minibatch_counts.values():
         if config.num_steps % m:
             raise ConfigError(
                 f"shuffle: per_env needs minibatch counts that divide num_steps = "
                 f"{config.num_steps} (got {m})"
             )
-    return True, config.num_envs
+    return BatchLayout(networks.recurrent, True, config.num_envs)
 
 
 def epochs_of_minibatches(
@@ -220,13 +263,7 @@ def make_critic_batch(config: Config, networks: Networks) -> Callable[..., Batch
     """
 
     def make_batch(params: Params, traj: Trajectory, hp: HParams) -> Batch:
-        if traj.memory is None:
-            values = networks.value(params.value, traj.obs)
-            next_values = networks.value(params.value, traj.final_obs)
-        else:  # the critic re-run over the rollout from its start memory
-            values, next_values = networks.value_sequence(
-                params.value, traj.memory.value, traj.obs, traj.first, traj.final_obs
-            )
+        values, next_values = values_and_bootstrap(networks, params.value, traj, traj.final_obs)
         advantages = estimate_advantages(config, traj, values, next_values, hp)
         targets = advantages + values
         return Batch(
@@ -259,17 +296,11 @@ def make_critic_fitter(config: Config, networks: Networks) -> CriticFitter:
             f"value_minibatches: {config.value_minibatches} does not divide the batch "
             f"num_envs x num_steps = {config.batch_size}"
         )
-    check_sequence_split(config, "value_minibatches", config.value_minibatches)
     optimizer = optax.inject_hyperparams(optax.adam)(learning_rate=1.0, eps=config.adam_eps)
-    _, groups = batch_layout(config, config.value_minibatches)
+    layout = batch_layout(config, networks, value_minibatches=config.value_minibatches)
 
     def loss_fn(value_params: Any, mb: Batch) -> jax.Array:
         return losses.value_loss(value_on(networks, value_params, mb), mb.target)
-
-    def split(batch: Batch, key: jax.Array) -> Batch:
-        if networks.recurrent:  # `batch` is `[T, B]`: whole environment sequences
-            return sequence_minibatches(batch, key, config.value_minibatches)
-        return minibatches(batch, key, config.value_minibatches, groups)
 
     def fit(value_params: Any, opt_state: Any, flat: Batch, hp: HParams, key: jax.Array):
         opt_state = set_learning_rate(opt_state, hp.value_learning_rate)
@@ -285,7 +316,7 @@ def make_critic_fitter(config: Config, networks: Networks) -> CriticFitter:
             (value_params, opt_state),
             key,
             config.value_epochs,
-            lambda k: split(flat, k),
+            lambda k: layout.minibatches(flat, k, config.value_minibatches),
         )
         return value_params, opt_state, loss.mean()
 

@@ -45,7 +45,12 @@ from rlax_trpo.algorithms.common import (
 from rlax_trpo.algorithms.sections import OptimizerFields, OptimizerHParams
 from rlax_trpo.config import Config, HParams, hp_field
 from rlax_trpo.errors import ConfigError
-from rlax_trpo.grouped import group_ids, make_grouped_collect, warn_short_horizon
+from rlax_trpo.grouped import (
+    group_ids,
+    grouped_log_prob,
+    make_grouped_collect,
+    warn_short_horizon,
+)
 from rlax_trpo.networks import Networks, policy_on
 from rlax_trpo.types import Params, Trajectory
 
@@ -212,23 +217,10 @@ def group_minibatches(steps: _Steps, key: jax.Array, group_size: int, num_miniba
     return minibatches(groups._replace(memory=start), key, num_minibatches)
 
 
-def grouped_log_prob(networks: Networks, policy: Any, mb: _Steps) -> tuple[Any, Any]:
-    """(log pi(a|s), entropy) at every step of grouped minibatch `mb` (`[n, T, G]`); with
-    memory each trajectory is re-run from its start memory."""
-    if mb.memory is None:
-        dist = networks.policy(policy, mb.obs)
-        return dist.log_prob(mb.action), dist.entropy()
-    n, steps, g = mb.action.shape[:3]
-    # [n, T, G, ...] -> [T, n * G, ...]: one batch axis, as the rollout had (a cell over a
-    # rank-3 batch inside the update's scans took XLA:CPU's LLVM over 10 minutes to compile).
-    time_major = lambda x: jnp.moveaxis(x, 1, 0).reshape((steps, n * g) + x.shape[3:])
-    memory = jax.tree.map(lambda h: h.reshape((n * g,) + h.shape[2:]), mb.memory.policy)
-    dist = networks.policy_sequence(policy, memory, time_major(mb.obs), time_major(mb.first))
-    back = lambda x: jnp.moveaxis(x.reshape((steps, n, g)), 0, 1)
-    return back(dist.log_prob(time_major(mb.action))), back(dist.entropy())
-
-
 def make_grpo(config: Config, networks: Networks) -> Algorithm:
+    """GRPO for control: grouped rollouts, group-relative advantages, and `num_epochs`
+    passes over minibatches of whole groups minimising the clipped, KL-regularised loss of
+    the module docstring (no critic)."""
     check_grpo_config(config)
     g = config.group_size
     optimizer = make_optimizer(config)
@@ -339,4 +331,4 @@ def batch_metrics(batch: GRPOBatch, group_size: int) -> dict[str, jax.Array]:
     }
 
 
-SPEC = AlgorithmSpec.control(make_grpo, GRPOFields, GRPOHParams)
+SPEC = AlgorithmSpec.control(make_grpo, GRPOFields, GRPOHParams, memory=True)

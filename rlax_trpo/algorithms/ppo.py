@@ -20,13 +20,9 @@ from rlax_trpo.algorithms.base import Algorithm, AlgorithmSpec
 from rlax_trpo.algorithms.common import (
     anneal,
     batch_layout,
-    check_sequence_split,
-    flatten_batch,
     make_critic_batch,
     make_optimizer,
     minibatch_descent,
-    minibatches,
-    sequence_minibatches,
     set_learning_rate,
 )
 from rlax_trpo.algorithms.sections import (
@@ -82,9 +78,12 @@ class PPOState(NamedTuple):
 
 
 def make_ppo(config: Config, networks: Networks) -> Algorithm:
+    """PPO: `num_epochs` passes over `num_minibatches` shuffled minibatches of the rollout,
+    minimising the clipped surrogate (or the KL-penalised one of `penalty: kl_fixed |
+    kl_adaptive`, PPO paper sec. 4) + c_v (V - R)^2 - c_H H with one optimiser for both
+    networks; with `kl_adaptive`, beta follows the measured KL after each update."""
     optimizer = make_optimizer(config)
-    env_major, groups = batch_layout(config, config.num_minibatches)
-    check_sequence_split(config, "num_minibatches", config.num_minibatches)
+    layout = batch_layout(config, networks, num_minibatches=config.num_minibatches)
 
     # Adam and the gradient clipping run on one flat parameter vector: on CPU this cut the
     # update's time by about a quarter against per-leaf updates (many tiny kernels), with
@@ -123,12 +122,8 @@ def make_ppo(config: Config, networks: Networks) -> Algorithm:
         lr = anneal(config, hp.learning_rate, state.updates)
         opt_state = set_learning_rate(state.opt_state, lr)
         flat_params, unravel = ravel_pytree(params)
-        if networks.recurrent:  # minibatches of whole environment sequences, `[T, B / M]`
-            flat = batch
-            split = lambda k: sequence_minibatches(batch, k, config.num_minibatches)
-        else:
-            flat = flatten_batch(batch, env_major)
-            split = lambda k: minibatches(flat, k, config.num_minibatches, groups)
+        flat = layout.learner(batch)
+        split = lambda k: layout.minibatches(flat, k, config.num_minibatches)
         grad_fn = jax.grad(lambda v, *args: loss_fn(unravel(v), *args), has_aux=True)
 
         (new_flat, opt_state), aux = minibatch_descent(
@@ -170,4 +165,4 @@ def adapt_kl_beta(beta: jax.Array, kl: jax.Array, kl_target: jax.Array) -> jax.A
     return jnp.where(kl > kl_target * 1.5, beta * 2.0, beta)
 
 
-SPEC = AlgorithmSpec.control(make_ppo, PPOFields, PPOHParams)
+SPEC = AlgorithmSpec.control(make_ppo, PPOFields, PPOHParams, memory=True)

@@ -29,8 +29,9 @@ from rlax_trpo import losses, vine
 from rlax_trpo import trust_region as tr
 from rlax_trpo.algorithms.base import Algorithm, AlgorithmSpec
 from rlax_trpo.algorithms.common import (
+    BatchLayout,
     batch_layout,
-    flatten_batch,
+    every_kth,
     make_critic_batch,
     make_critic_fitter,
 )
@@ -41,10 +42,8 @@ from rlax_trpo.algorithms.sections import (
     CriticFitterHParams,
 )
 from rlax_trpo.config import Config, HParams, hp_field
-from rlax_trpo.errors import ConfigError
-from rlax_trpo.memory import every_kth_environment
 from rlax_trpo.networks import Networks, policy_on
-from rlax_trpo.types import Batch, Metrics, Params, Trajectory
+from rlax_trpo.types import Batch, Metrics, Params
 
 
 class NPGFields(AdvantageFields, CriticFitterFields):
@@ -73,36 +72,6 @@ class NPGFields(AdvantageFields, CriticFitterFields):
         if unread and self.sampling != "vine":
             raise ValueError(f"{unread[0]}: read only with sampling: vine")
         return self
-
-    @property
-    def steps_per_iteration(self) -> int:
-        """The rollout's steps, and with the vine its branches' (fair budgets)."""
-        steps = self.num_envs * self.num_steps
-        if self.sampling == "vine":
-            steps += self.vine_states * vine_branches(self)[0] * self.vine_horizon
-        return steps
-
-
-_SPECS: dict[str, Any] = {}
-
-
-def vine_branches(config: Any) -> tuple[int, bool]:
-    """(K branches per state, whether they are every action) of a vine config: `vine_actions`,
-    or 0 for every action of the environment's discrete space (its spec is read once)."""
-    if config.vine_actions:
-        return config.vine_actions, False
-    key = repr((config.env, sorted(config.env_kwargs.items())))
-    if key not in _SPECS:
-        from rlax_trpo.envs import make_env
-
-        _SPECS[key] = make_env(config.env, config.env_kwargs).spec
-    spec = _SPECS[key]
-    if not spec.discrete:
-        raise ConfigError(
-            f"vine_actions: {config.env} has continuous actions; set the number of sampled "
-            "branches per state (>= 2)"
-        )
-    return spec.num_actions, True
 
 
 class TRPOFields(NPGFields):
@@ -141,23 +110,14 @@ def surrogate_fn(networks: Networks, flat: Batch, advantages: jax.Array):
     return surrogate
 
 
-def fisher_subsample(obs: jax.Array, fraction: float) -> jax.Array:
-    """Every k-th sample, k = round(1 / fraction), for the Fisher-vector product (baselines
-    trpo_mpi uses every 5th); a static slice, so shapes stay fixed."""
-    stride = max(1, round(1.0 / fraction))
-    return obs[::stride]
-
-
-def kl_fn(networks: Networks, policy_params: Any, batch: Batch, fraction: float = 1.0):
-    """theta -> mean KL(pi_old || pi_theta) over `batch` (`tr.mean_kl_fn`), on every k-th
-    sample (`fisher_subsample`), or with memory on every k-th environment's whole sequence
-    re-run from its start memory."""
-    if batch.memory is None:
-        return tr.mean_kl_fn(networks.policy, policy_params, fisher_subsample(batch.obs, fraction))
-    steps, starts = every_kth_environment(batch._replace(memory=None), batch.memory, fraction)
-    steps = steps._replace(memory=starts)
+def kl_fn(
+    networks: Networks, layout: BatchLayout, policy_params: Any, batch: Batch, fraction: float = 1.0
+):
+    """theta -> mean KL(pi_old || pi_theta) over `batch` (`tr.mean_kl_fn`), on the subsample
+    `layout.subsample(batch, fraction)`: every k-th sample, or every k-th environment's whole
+    sequence re-run from its start memory."""
     policy = lambda params, b: policy_on(networks, params, b)
-    return tr.mean_kl_fn(policy, policy_params, steps)
+    return tr.mean_kl_fn(policy, policy_params, layout.subsample(batch, fraction))
 
 
 def trust_region_step(
@@ -220,7 +180,7 @@ def trust_region_step(
 
 def _make_trust_region_method(config: Config, networks: Networks, line_search: bool) -> Algorithm:
     critic = make_critic_fitter(config, networks)
-    env_major, _ = batch_layout(config, config.value_minibatches)
+    layout = batch_layout(config, networks, value_minibatches=config.value_minibatches)
 
     def init(params: Params, hp: HParams) -> TRPOState:
         return TRPOState(critic.init(params.value))
@@ -232,8 +192,8 @@ def _make_trust_region_method(config: Config, networks: Networks, line_search: b
         new_policy, metrics = trust_region_step(
             config,
             surrogate_fn(networks, flat, adv),
-            kl_fn(networks, policy_params, flat, config.fisher_fraction),
-            kl_fn(networks, policy_params, flat),
+            kl_fn(networks, layout, policy_params, flat, config.fisher_fraction),
+            kl_fn(networks, layout, policy_params, flat),
             policy_params,
             hp,
             line_search,
@@ -242,7 +202,7 @@ def _make_trust_region_method(config: Config, networks: Networks, line_search: b
         return new_policy, metrics
 
     def update(params: Params, state: TRPOState, batch: Batch, hp: HParams, key: jax.Array):
-        flat = batch if networks.recurrent else flatten_batch(batch, env_major)
+        flat = layout.learner(batch)
         policy, metrics = policy_step(params.policy, flat, hp)
         value, value_opt_state, value_loss = critic.fit(
             params.value, state.value_opt_state, flat, hp, key
@@ -252,7 +212,7 @@ def _make_trust_region_method(config: Config, networks: Networks, line_search: b
 
     algorithm = Algorithm(init, make_critic_batch(config, networks), update)
     if config.sampling == "vine":
-        return _with_vine(algorithm, config, networks, critic, env_major, line_search)
+        return _with_vine(algorithm, config, networks, critic, layout, line_search)
     return algorithm
 
 
@@ -267,32 +227,18 @@ def _with_vine(
     config: Config,
     networks: Networks,
     critic: Any,
-    env_major: bool,
+    layout: BatchLayout,
     line_search: bool,
 ) -> Algorithm:
     """`algorithm` with the vine estimator (`rlax_trpo.vine`) in place of the single path's
     importance-sampled surrogate: same natural step, line search and critic fit."""
-    num_actions, every_action = vine_branches(config)
-    if networks.recurrent:
-        raise ConfigError("sampling: vine needs a policy without memory (memory: none)")
-    if not every_action and num_actions < 2:
-        raise ConfigError(f"vine_actions: {num_actions} sampled branches; use at least 2")
-    if config.vine_states > config.batch_size:
-        raise ConfigError(
-            f"vine_states: {config.vine_states} is more than the rollout's "
-            f"num_envs x num_steps = {config.batch_size} states"
-        )
-    if config.num_iterations < 1:
-        raise ConfigError(
-            f"total_env_steps: {config.total_env_steps} is less than one vine iteration "
-            f"({config.steps_per_iteration} env steps with the branches)"
-        )
+    plan = vine.plan_branches(config, networks)
     collect = vine.make_vine_collect(
-        config.vine_states, num_actions, config.vine_horizon, every_action
+        config.vine_states, plan.num_actions, config.vine_horizon, plan.every_action
     )
 
-    def make_batch(params: Params, traj: Trajectory, hp: HParams) -> VineBatch:
-        batch = algorithm.make_batch(params, traj._replace(branches=None), hp)
+    def make_batch(params: Params, traj: vine.VineTrajectory, hp: HParams) -> VineBatch:
+        batch = algorithm.make_batch(params, traj.path, hp)
         value_fn = (
             (lambda obs: networks.value(params.value, obs)) if config.vine_bootstrap else None
         )
@@ -301,18 +247,17 @@ def _with_vine(
 
     def update(params: Params, state: TRPOState, batch: VineBatch, hp: HParams, key: jax.Array):
         obs = batch.branches.obs
+        stride = every_kth(config.fisher_fraction)
         new_policy, metrics = trust_region_step(
             config,
-            vine.vine_surrogate_fn(networks.policy, batch.branches, batch.q, every_action),
-            tr.mean_kl_fn(
-                networks.policy, params.policy, fisher_subsample(obs, config.fisher_fraction)
-            ),
+            vine.vine_surrogate_fn(networks.policy, batch.branches, batch.q, plan.every_action),
+            tr.mean_kl_fn(networks.policy, params.policy, obs[::stride]),
             tr.mean_kl_fn(networks.policy, params.policy, obs),
             params.policy,
             hp,
             line_search,
         )
-        flat = flatten_batch(batch.critic, env_major)
+        flat = layout.learner(batch.critic)
         value, value_opt_state, value_loss = critic.fit(
             params.value, state.value_opt_state, flat, hp, key
         )
@@ -322,7 +267,12 @@ def _with_vine(
         metrics["vine/q_spread"] = (batch.q.max(1) - batch.q.min(1)).mean()
         return Params(new_policy, value), TRPOState(value_opt_state), metrics
 
-    return algorithm._replace(make_batch=make_batch, update=update, collect=collect)
+    return algorithm._replace(
+        make_batch=make_batch,
+        update=update,
+        collect=collect,
+        extra_env_steps=plan.extra_env_steps,
+    )
 
 
 def make_trpo(config: Config, networks: Networks) -> Algorithm:
@@ -336,5 +286,5 @@ def make_npg(config: Config, networks: Networks) -> Algorithm:
     return _make_trust_region_method(config, networks, line_search=False)
 
 
-TRPO_SPEC = AlgorithmSpec.control(make_trpo, TRPOFields, TRPOHParams)
-NPG_SPEC = AlgorithmSpec.control(make_npg, NPGFields, NPGHParams)
+TRPO_SPEC = AlgorithmSpec.control(make_trpo, TRPOFields, TRPOHParams, memory=True)
+NPG_SPEC = AlgorithmSpec.control(make_npg, NPGFields, NPGHParams, memory=True)

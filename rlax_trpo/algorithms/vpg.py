@@ -22,7 +22,6 @@ from rlax_trpo.algorithms.base import Algorithm, AlgorithmSpec
 from rlax_trpo.algorithms.common import (
     anneal,
     batch_layout,
-    flatten_batch,
     make_critic_batch,
     make_critic_fitter,
     make_optimizer,
@@ -58,9 +57,11 @@ class VPGState(NamedTuple):
 
 
 def make_vpg(config: Config, networks: Networks) -> Algorithm:
+    """VPG: one full-batch step of the policy on -mean(log pi(a|s) A) - c_H H, then the
+    critic's fit (module docstring)."""
     optimizer = make_optimizer(config)
     critic = make_critic_fitter(config, networks)
-    env_major, _ = batch_layout(config, config.value_minibatches)
+    layout = batch_layout(config, networks, value_minibatches=config.value_minibatches)
 
     def init(params: Params, hp: HParams) -> VPGState:
         return VPGState(
@@ -76,7 +77,7 @@ def make_vpg(config: Config, networks: Networks) -> Algorithm:
         return pg_loss - hp.ent_coef * entropy, {"policy/loss": pg_loss, "policy/entropy": entropy}
 
     def update(params: Params, state: VPGState, batch: Batch, hp: HParams, key: jax.Array):
-        flat = batch if networks.recurrent else flatten_batch(batch, env_major)
+        flat = layout.learner(batch)
         adv = losses.normalize(flat.advantage) if config.normalize_advantages else flat.advantage
         grads, metrics = jax.grad(loss_fn, has_aux=True)(params.policy, flat, adv, hp)
         lr = anneal(config, hp.learning_rate, state.updates)
@@ -99,4 +100,4 @@ def make_vpg(config: Config, networks: Networks) -> Algorithm:
     return Algorithm(init, make_critic_batch(config, networks), update)
 
 
-SPEC = AlgorithmSpec.control(make_vpg, VPGFields, VPGHParams)
+SPEC = AlgorithmSpec.control(make_vpg, VPGFields, VPGHParams, memory=True)
