@@ -3,15 +3,15 @@
 Layout of a checkpoint folder (a run folder's `checkpoint/`):
 
     checkpoint/
-      plan.json              seeds, seed, sweep, chunking: written before the first step, so
-                             a run that dies before its first checkpoint can start over
+      plan.json              the run's facts (config, seeds, seed, sweep, chunking), written
+                             before the first step: a run that dies before it starts over
       config.yaml            the resolved config (also readable by `load_config`)
       LATEST                 name of the newest complete step folder, e.g. `iter_000010`
       iter_000008/           the previous step (the newest `keep` steps are kept, default 2)
       iter_000010/
         state/               orbax StandardCheckpointer: the TrainState (keys as key data)
         metrics.npz          every metric so far, `[population, iterations_done]`
-        meta.json            run facts: seeds, sweep, iterations done, timings, PRNG seed
+        meta.json            the run's facts and the step's: iterations done, timings
         MANIFEST.json        sha256 of every file above (corruption check on restore)
 
 A step folder is written under a temporary name and renamed when complete; `LATEST` is then
@@ -19,13 +19,13 @@ replaced atomically (`os.replace`) and steps older than the newest `keep` are re
 crash at any point leaves the previous checkpoints intact, and restore never writes. Restore
 takes the step LATEST names when it verifies, else the newest step that does (and says so):
 a step folder only exists under its final name once complete, so every verified one is whole.
+plan.json and meta.json, with their format version, are `rlax_trpo.run_record`'s (`RunRecord`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,11 +37,19 @@ import numpy as np
 import yaml
 
 from rlax_trpo.config import Config, config_from_dict
-from rlax_trpo.errors import ConfigError
-
-
-class CheckpointError(ConfigError):
-    """A checkpoint is missing, corrupt, or does not match the run that reads it."""
+from rlax_trpo.run_record import (  # noqa: F401  (the run record's names are this module's too)
+    FORMAT_VERSION,
+    CheckpointError,
+    RunRecord,
+    atomic_write,
+    has_plan,
+    has_step,
+    read_plan,
+    read_step,
+    save_plan,
+    saved_steps,
+    write_step_facts,
+)
 
 
 class CheckpointWriteError(RuntimeError):
@@ -85,23 +93,23 @@ def save_step(
     ckpt_dir: str | Path,
     state: Any,
     metrics: Mapping[str, np.ndarray],
-    meta: Mapping[str, Any],
-    config: Config,
+    record: RunRecord,
     keep: int = 2,
 ) -> Path:
     """Write one complete checkpoint step atomically and point `LATEST` at it; keep the
     newest `keep` steps.
 
-    `meta` must hold `iterations_done`; the step folder is named after it. In a multi-process
-    run every process calls this (orbax writes each process's shards); process 0 alone
-    writes the other files and renames the folder, between barriers. A failed write (disk
-    full, permissions) removes its temporary folder and raises `CheckpointWriteError`.
+    The step folder is named after `record.iterations_done`; config.yaml is `record.config`.
+    In a multi-process run every process calls this (orbax writes each process's shards);
+    process 0 alone writes the other files and renames the folder, between barriers. A failed
+    write (disk full, permissions) removes its temporary folder and raises
+    `CheckpointWriteError`.
     """
     from rlax_trpo.parallel import barrier, run_token
 
     primary = jax.process_index() == 0
     ckpt_dir = Path(ckpt_dir).absolute()
-    name = f"iter_{int(meta['iterations_done']):06d}"
+    name = f"iter_{record.iterations_done:06d}"
     tmp = ckpt_dir / f".{name}.tmp-{run_token()}"
     try:
         if primary:
@@ -111,7 +119,7 @@ def save_step(
         barrier("checkpoint-start")
         _write_state(tmp / "state", state)
         if primary:
-            _finish_step(ckpt_dir, tmp, name, metrics, meta, config, keep)
+            _finish_step(ckpt_dir, tmp, name, metrics, record, keep)
     except Exception as err:
         if primary:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -131,17 +139,17 @@ def _write_state(path: Path, state: Any) -> None:
         checkpointer.close()
 
 
-def _finish_step(ckpt_dir, tmp, name, metrics, meta, config, keep: int) -> None:
+def _finish_step(ckpt_dir, tmp, name, metrics, record: RunRecord, keep: int) -> None:
     """The step's other files, the rename, LATEST, and the steps beyond `keep` removed."""
     np.savez(tmp / "metrics.npz", **{k: np.asarray(v) for k, v in metrics.items()})
-    (tmp / "meta.json").write_text(json.dumps(dict(meta), indent=2) + "\n")
+    write_step_facts(tmp, record)
     (tmp / "MANIFEST.json").write_text(json.dumps(_manifest(tmp), indent=1) + "\n")
-    _atomic_write(ckpt_dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
+    atomic_write(ckpt_dir / "config.yaml", yaml.safe_dump(record.config, sort_keys=False))
     final = ckpt_dir / name
     if final.exists():  # same step written again (e.g. a resumed run re-saving): replace
         shutil.rmtree(final)
     tmp.rename(final)
-    _atomic_write(ckpt_dir / "LATEST", name + "\n")
+    atomic_write(ckpt_dir / "LATEST", name + "\n")
     for old in saved_steps(ckpt_dir)[max(keep, 1) :]:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -164,18 +172,6 @@ def remove_leftovers(ckpt_dir: Path) -> None:
             shutil.rmtree(left, ignore_errors=True)
         else:
             left.unlink(missing_ok=True)
-
-
-def saved_steps(ckpt_dir: Path) -> list[Path]:
-    """The step folders, newest first."""
-    found = [p for p in Path(ckpt_dir).glob("iter_*") if p.is_dir() and p.name[5:].isdigit()]
-    return sorted(found, key=lambda p: int(p.name[5:]), reverse=True)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _manifest(folder: Path) -> dict[str, str]:
@@ -245,15 +241,18 @@ def latest_step(ckpt_dir: str | Path) -> Path:
     return find_step(ckpt_dir)[0]
 
 
+def read_record(ckpt_dir: str | Path) -> RunRecord:
+    """The run's facts in its latest step (verified)."""
+    return read_step(latest_step(ckpt_dir))
+
+
 def read_meta(ckpt_dir: str | Path) -> dict[str, Any]:
-    """The run facts of the latest step (verified)."""
-    return json.loads((latest_step(ckpt_dir) / "meta.json").read_text())
+    """`read_record` as plain values, as meta.json holds them."""
+    return read_record(ckpt_dir).to_dict()
 
 
-def restore_step(
-    ckpt_dir: str | Path, target: Any
-) -> tuple[Any, dict[str, np.ndarray], dict[str, Any]]:
-    """(state, metrics, meta) of the latest step; `target` gives the state's structure.
+def restore_step(ckpt_dir: str | Path, target: Any) -> tuple[Any, dict[str, np.ndarray], RunRecord]:
+    """(state, metrics, record) of the latest step; `target` gives the state's structure.
 
     `target` may be concrete or abstract (`jax.eval_shape`); restored leaves are host-side
     numpy arrays (typed keys wrapped back), to be placed on devices by the caller.
@@ -262,7 +261,7 @@ def restore_step(
     import orbax.checkpoint as ocp
 
     step = latest_step(ckpt_dir).absolute()
-    meta = json.loads((step / "meta.json").read_text())
+    record = read_step(step)
     abstract = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), _abstract_savable(target))
     try:
         with ocp.StandardCheckpointer() as ckptr:
@@ -280,7 +279,7 @@ def restore_step(
     restored = jax.tree.map(np.asarray, restored)
     with np.load(step / "metrics.npz") as data:
         metrics = {k: data[k] for k in data.files}
-    return _wrap_keys(target, restored), metrics, meta
+    return _wrap_keys(target, restored), metrics, record
 
 
 def _check_structure(saved: Any, abstract: Any, step: Path) -> None:

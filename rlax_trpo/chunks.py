@@ -65,17 +65,17 @@ def restore(setup: Setup, bar: ProgressBar) -> Start:
     if setup.plan.resume is None or setup.plan.start_over:
         return Start(iteration=0, state=None, history=[], wall_seconds=0.0, compile_seconds=0.0)
     placement = setup.placement
-    state, so_far, meta = checkpoint.restore_step(
+    state, so_far, record = checkpoint.restore_step(
         setup.folder.out / "checkpoint", placement.abstract
     )
-    start = int(meta["iterations_done"])
+    start = record.iterations_done
     bar.start = bar.done = start
     return Start(
         iteration=start,
         state=parallel.put(state, placement.state),
         history=[so_far] if start else [],
-        wall_seconds=float(meta.get("wall_seconds", 0.0)),
-        compile_seconds=float(meta.get("compile_seconds", 0.0)),
+        wall_seconds=record.wall_seconds,
+        compile_seconds=record.compile_seconds,
     )
 
 
@@ -189,21 +189,15 @@ def _chunk_metrics(setup: Setup, compiled: Compiled, metrics, state, done: int):
 def _save(setup: Setup, compiled: Compiled, state, metrics, done: int, wall_s: float) -> None:
     """A checkpoint after `done` iterations, with what --resume checks and continues."""
     plan = setup.plan
-    meta = {
-        "config": plan.config.to_dict(),
-        "seeds": plan.seeds,
-        "seed": plan.seed,
-        "sweep": plan.sweep.to_dict(),
-        "num_iterations": plan.total,
-        "chunk_iterations": plan.chunk,
-        "population": plan.population,
-        "num_devices": setup.placement.num_devices,
-        "iterations_done": done,
-        "wall_seconds": wall_s,
-        "compile_seconds": compiled.compile_seconds,
-    }
+    record = checkpoint.RunRecord.of_plan(
+        plan,
+        num_devices=setup.placement.num_devices,
+        iterations_done=done,
+        wall_seconds=wall_s,
+        compile_seconds=compiled.compile_seconds,
+    )
     checkpoint.save_step(
-        setup.folder.out / "checkpoint", state, metrics, meta, plan.config, plan.keep_checkpoints
+        setup.folder.out / "checkpoint", state, metrics, record, plan.keep_checkpoints
     )
 
 

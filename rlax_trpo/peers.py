@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from rlax_trpo import run_record
 from rlax_trpo.errors import ConfigError, is_peer_failure
 
 PEER_TIMEOUT = 60  # seconds
@@ -155,8 +156,8 @@ def _kept(folder: Path | None) -> str:
     """What process 0's run folder holds (as seen from this host)."""
     if folder is None:
         return "process 0's run folder keeps its last checkpoint, if one was saved"
-    if (folder / "checkpoint" / "LATEST").is_file():
+    if run_record.has_step(folder / "checkpoint"):
         return f"the run folder {str(folder)!r} keeps its last checkpoint (--resume continues it)"
-    if (folder / "checkpoint" / "plan.json").is_file():
+    if run_record.has_plan(folder / "checkpoint"):
         return f"the run folder {str(folder)!r} has no checkpoint yet (--resume starts it over)"
     return "nothing was kept"

@@ -21,8 +21,9 @@ from rlax_trpo.training import make_trainer
 
 
 class SavedRun:
-    """A run folder's latest checkpoint, restored once: its config, meta, sweep settings and
-    the population state (host arrays). `policy(member)` is one trained member."""
+    """A run folder's latest checkpoint, restored once: its config, record (the run's facts,
+    `checkpoint.RunRecord`), sweep settings and the population state (host arrays).
+    `policy(member)` is one trained member."""
 
     def __init__(self, run_dir: str | Path):
         run_dir = Path(run_dir)
@@ -31,11 +32,10 @@ class SavedRun:
         ckpt = run_dir / "checkpoint"
         self.run_dir = run_dir
         self.config = checkpoint.load_config(ckpt)
-        meta = checkpoint.read_meta(ckpt)
-        self.sweep = sweeplib.Sweep.from_dict(meta.get("sweep", {}))
+        record = checkpoint.read_record(ckpt)  # (version 1 without seeds: its population)
+        self.sweep = record.sweep
         self.settings = self.sweep.settings or [{}]
-        self.seeds = int(meta.get("seeds", meta.get("population", 1)))
-        self.seed = int(meta.get("seed", 0))
+        self.seeds, self.seed = record.seeds, record.seed
         self.program = make_program(self.config)
         hps = sweeplib.population_hparams(self.program.hparams, self.sweep, self.seeds)
         key_data = sweeplib.population_key_data(0, self.seeds, len(self.settings))
@@ -44,7 +44,7 @@ class SavedRun:
             key_data,
             hps,
         )
-        self.state, _, self.meta = checkpoint.restore_step(ckpt, abstract)
+        self.state, _, self.record = checkpoint.restore_step(ckpt, abstract)
         # A control algorithm has a training loop to act with; a language-model run does not.
         self.trainer = make_trainer(self.config) if self.config.spec.make is not None else None
         self._compiled: dict[tuple, Any] = {}  # shared by this run's policies
@@ -63,7 +63,7 @@ class SavedRun:
         if self.trainer is None:
             raise ConfigError("load_policy: language-model runs have no control policy")
         networks = self.trainer.networks
-        if networks.recurrent and networks.initial_memory(1).policy is not None:
+        if networks.memory is not None and networks.memory.initial(1).policy is not None:
             return MemoryPolicy(self, member)
         return Policy(self, member)
 
@@ -141,7 +141,7 @@ class MemoryPolicy(Policy):
     """
 
     def initial_state(self, batch: int | None = None) -> Any:
-        memory = self.networks.initial_memory(1 if batch is None else batch).policy
+        memory = self.networks.memory.initial(1 if batch is None else batch).policy
         return memory if batch is not None else jax.tree.map(lambda h: h[0], memory)
 
     def act(  # type: ignore[override]
@@ -155,7 +155,8 @@ class MemoryPolicy(Policy):
         if self.config.normalize_obs:
             obs = self.state.obs_stats.normalize(obs)
         first = jax.numpy.zeros(obs.shape[:1], bool)  # a new episode starts from initial_state
-        state, dist = self.networks.policy_step(self.state.params.policy, state, obs, first)
+        fns = self.networks.memory
+        state, dist = fns.policy_step(self.state.params.policy, state, obs, first)
         action = dist.mode() if deterministic else dist.sample(seed=key)
         if single:
             action, state = action[0], jax.tree.map(lambda h: h[0], state)
@@ -229,10 +230,10 @@ def render_member(
 
 def format_evaluation(ev: RunEvaluation, run_dir: str | Path) -> str:
     """The lines `train.py eval` prints: greedy (and sampling) results per setting."""
-    config, meta = ev.run.config, ev.run.meta
+    config, record = ev.run.config, ev.run.record
     head = f"{config.algorithm} on {ev.run.program.name}: {run_dir}"
-    head += f" (iteration {meta['iterations_done']}"
-    head += f" of {meta['num_iterations']}), "
+    head += f" (iteration {record.iterations_done}"
+    head += f" of {record.num_iterations}), "
     if ev.sampling is None:
         acc = ev.greedy[:, 0]
         per_seed = ", ".join(f"{a:.3f}" for a in acc)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import yaml
 
-from rlax_trpo import checkpoint, loggers, parallel, report, resume, stats
+from rlax_trpo import checkpoint, loggers, parallel, report, stats
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.types import Program
 
@@ -159,18 +159,7 @@ def open_folder(setup: Setup) -> list[Any]:
     tmp.write_text(yaml.safe_dump(config, sort_keys=False))
     os.replace(tmp, folder.out / "config.yaml")
     if plan.resume is None or plan.start_over:
-        resume.save_plan(
-            folder.out / "checkpoint",
-            {
-                "config": config,
-                "seeds": plan.seeds,
-                "seed": plan.seed,
-                "sweep": plan.sweep.to_dict(),
-                "num_iterations": plan.total,
-                "chunk_iterations": plan.chunk,
-                "population": plan.population,
-            },
-        )
+        checkpoint.save_plan(folder.out / "checkpoint", checkpoint.RunRecord.of_plan(plan))
     return loggers.open_writers(
         folder.out,
         folder.out.name,

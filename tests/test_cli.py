@@ -121,8 +121,8 @@ def test_divergence_stops_the_run_names_where_and_keeps_the_last_finite_state(
     with (out / "metrics.csv").open() as f:
         rows = [r for r in csv.DictReader(f) if r["iteration"] == str(at)]
     assert rows[0][d["metric"]] == "nan"
-    meta = checkpoint.read_meta(out / "checkpoint")
-    assert meta["iterations_done"] == at + 1 < meta["num_iterations"]  # stopped there
+    record = checkpoint.read_record(out / "checkpoint")
+    assert record.iterations_done == at + 1 < record.num_iterations  # stopped there
 
     config = checkpoint.load_config(out / "checkpoint")
     trainer = make_trainer(config)

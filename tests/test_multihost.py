@@ -15,6 +15,8 @@ import conftest
 import numpy as np
 import pytest
 
+from rlax_trpo import checkpoint
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--no-progress", "--seeds", "4", "num_envs=4", "num_steps=16", "total_env_steps=256",
         "num_epochs=1", "num_minibatches=2", "eval_episodes=2"]  # fmt: skip
@@ -108,8 +110,7 @@ def test_interrupted_two_process_run_resumes(single, tmp_path):
         p.send_signal(signal.SIGTERM)
     for code, _, err in _wait(procs):
         assert code == 128 + signal.SIGTERM, err[-3000:]
-    meta = json.loads((out / "checkpoint" / "iter_000001" / "meta.json").read_text())
-    assert meta["iterations_done"] == 1
+    assert checkpoint.read_step(out / "checkpoint" / "iter_000001").iterations_done == 1
     for code, _, err in _wait(_start_pair(["--resume", str(out), "--no-progress"])):
         assert code == 0, err[-3000:]
     s, s1 = _summary(out), _summary(single)

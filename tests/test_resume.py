@@ -82,8 +82,7 @@ def test_interrupt_then_resume_equals_uninterrupted(uninterrupted, tmp_path, sig
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 128 + sig, err
     assert f"interrupted by {sig.name}" in err and "--resume" in err
-    meta = checkpoint.read_meta(out / "checkpoint")
-    assert 2 <= meta["iterations_done"] < 8
+    assert 2 <= checkpoint.read_record(out / "checkpoint").iterations_done < 8
     assert not (out / "summary.json").exists()
 
     assert train.main(["--resume", str(out), "--no-progress"]) == 0
@@ -120,7 +119,7 @@ def test_signals_stop_an_unchunked_run_after_its_call_or_at_once(uninterrupted, 
     lines = [x for x in err.splitlines() if x.strip()]
     assert lines[-2].startswith("SIGTERM received: stopping when its one compiled call ends")
     assert lines[-1].startswith("error: interrupted by SIGTERM after iteration 8; checkpoint")
-    assert checkpoint.read_meta(out / "checkpoint")["iterations_done"] == 8
+    assert checkpoint.read_record(out / "checkpoint").iterations_done == 8
     assert not (out / "summary.json").exists()
     assert train.main(["--resume", str(out), "--no-progress"]) == 0
     assert (out / "metrics.csv").read_bytes() == (uninterrupted / "metrics.csv").read_bytes()
@@ -138,7 +137,7 @@ def test_signals_stop_an_unchunked_run_after_its_call_or_at_once(uninterrupted, 
         "yet (--resume starts the run over)"
     ), err
     assert "Traceback" not in err
-    assert (out / "checkpoint" / "plan.json").is_file()  # what --resume starts over from
+    assert checkpoint.read_plan(out / "checkpoint").seeds == 2  # what --resume starts over from
 
 
 def _resumable_copy(uninterrupted: Path, tmp_path: Path) -> Path:
@@ -254,7 +253,7 @@ def test_an_interrupted_chunked_sweep_resumes_to_the_same_result(tmp_path, monke
         m.setattr(experiment, "StopRequest", _AlreadySignalled)
         code = train.main([*TINY, *sweep, *CHUNK, "--out", str(parts)])
     assert code == 128 + signal.SIGTERM
-    assert checkpoint.read_meta(parts / "checkpoint")["iterations_done"] == 2
+    assert checkpoint.read_record(parts / "checkpoint").iterations_done == 2
     assert train.main(["--resume", str(parts), "--no-progress"]) == 0
     assert (parts / "metrics.csv").read_bytes() == (whole / "metrics.csv").read_bytes()
     summary = json.loads((parts / "summary.json").read_text())
@@ -269,4 +268,4 @@ def test_the_seed_flag_chooses_the_seeds(uninterrupted, tmp_path):
     other = tmp_path / "other"
     assert train.main([*TINY, "--seed", "5", "--out", str(other)]) == 0
     assert (other / "metrics.csv").read_bytes() != (uninterrupted / "metrics.csv").read_bytes()
-    assert checkpoint.read_meta(other / "checkpoint")["seed"] == 5
+    assert checkpoint.read_record(other / "checkpoint").seed == 5

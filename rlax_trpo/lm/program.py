@@ -21,10 +21,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlax_trpo.config import Config
-from rlax_trpo.lm.grpo import GRPOState, make_grpo
+from rlax_trpo.lm.grpo import make_grpo
 from rlax_trpo.lm.model import Transformer, init_params
 from rlax_trpo.lm.sft import warm_start
 from rlax_trpo.lm.tasks import eval_set
+from rlax_trpo.lm.types import LMGRPOState
 from rlax_trpo.types import Program
 
 
@@ -32,7 +33,7 @@ from rlax_trpo.types import Program
 class LMTrainState:
     """The carry of a `grpo_lm` run: the GRPO state and what the warm start left behind."""
 
-    grpo: GRPOState
+    grpo: LMGRPOState
     initial_accuracy: jax.Array  # greedy held-out accuracy after the warm start, before GRPO
     warm_start_loss: jax.Array  # the last supervised loss (NaN without a warm start)
 
@@ -103,6 +104,7 @@ def make_lm_program(cfg: Config, progress: Any = None) -> Program:
         run=run,
         evaluate=evaluate,
         steps_per_iteration=cfg.num_prompts * cfg.group_size,
+        num_iterations=cfg.num_iterations,
         unit="sequences",
         num_envs=None,
         eval_every=cfg.eval_every,

@@ -1,0 +1,216 @@
+"""The run record (`rlax_trpo.run_record`, also `rlax_trpo.checkpoint`'s): a run's facts in
+plan.json and each step's meta.json, their format version, and folders of version 1 (written
+before versions existed) still resumed.
+
+tests/data/format_v1/ holds two run folders written by the release before format versions
+(commit 980b8e0), PPO on CartPole-v1 with `hidden_sizes=[8]`, 2 seeds, 3 iterations, a
+checkpoint after each:
+
+    python train.py --config ppo_cartpole --out DIR --no-progress --seeds 2 --devices 1 \\
+        --chunk-iterations 1 total_env_steps=768 hidden_sizes=[8] eval_episodes=2
+
+`stopped_after_iteration_1`: stopped by SIGTERM after its first checkpoint (the
+`StopRequest` of tests/test_resume.py). `died_before_first_checkpoint`: SIGKILLed while
+compiling (its plan.json and config.yaml; the stale `.lock` removed).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import train
+from rlax_trpo import checkpoint, load_policy, run_record
+from rlax_trpo.checkpoint import CheckpointError, RunRecord
+from rlax_trpo.policy import SavedRun
+from rlax_trpo.sweep import Sweep
+
+V1 = Path(__file__).parent / "data" / "format_v1"
+STOPPED, DIED = "stopped_after_iteration_1", "died_before_first_checkpoint"
+
+RECORD = RunRecord(
+    config={"algorithm": "ppo", "hp": {"gamma": 0.99}}, seeds=3, seed=7,
+    sweep=Sweep(("hp.learning_rate",), ((1e-3, 1e-4),)), num_iterations=10, chunk_iterations=2,
+    population=6, num_devices=2, iterations_done=4, wall_seconds=1.5, compile_seconds=9.0,
+)  # fmt: skip
+
+
+def _copy(name: str, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(V1 / name, tmp_path / name))
+
+
+def _rewrite(file: Path, change) -> None:
+    """`file`'s JSON changed by `change(data)`; in a step folder, its manifest entry too (the
+    checksum that `checkpoint.find_step` verifies)."""
+    data = json.loads(file.read_text())
+    change(data)
+    file.write_text(json.dumps(data, indent=2) + "\n")
+    manifest = file.parent / "MANIFEST.json"
+    if manifest.is_file():
+        entries = json.loads(manifest.read_text())
+        entries[file.name] = hashlib.sha256(file.read_bytes()).hexdigest()
+        manifest.write_text(json.dumps(entries, indent=1) + "\n")
+
+
+def _write_step(ckpt: Path, data: dict) -> Path:
+    step = ckpt / "iter_000002"
+    step.mkdir(parents=True)
+    (step / "meta.json").write_text(json.dumps(data))
+    return step
+
+
+def test_a_record_round_trips_through_its_files(tmp_path):
+    checkpoint.save_plan(tmp_path, RECORD)
+    no_step = {"num_devices": None, "iterations_done": 0, "wall_seconds": 0.0,
+               "compile_seconds": 0.0}  # fmt: skip
+    assert checkpoint.read_plan(tmp_path) == dataclasses.replace(RECORD, **no_step)
+    assert checkpoint.has_plan(tmp_path) and not checkpoint.has_step(tmp_path)
+    step = tmp_path / "iter_000004"
+    step.mkdir()
+    run_record.write_step_facts(step, RECORD)
+    assert checkpoint.read_step(step) == RECORD and checkpoint.has_step(tmp_path)
+    meta = json.loads((step / "meta.json").read_text())
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert list(meta) == ["format_version", *run_record.STEP_KEYS]
+    assert list(plan) == ["format_version", *run_record.PLAN_KEYS]
+    assert meta["format_version"] == plan["format_version"] == checkpoint.FORMAT_VERSION == 2
+    assert meta["sweep"] == {"hp.learning_rate": [1e-3, 1e-4]} and meta["iterations_done"] == 4
+
+
+def test_version_1_is_read_as_it_was_before_versions(tmp_path):
+    """No `format_version`: only num_iterations (and a step's iterations_done) are needed;
+    `seeds` falls back to `population` (folders older than `seeds` had only that), then 1."""
+    old = {"num_iterations": 5, "iterations_done": 2, "population": 4}
+    record = checkpoint.read_step(_write_step(tmp_path / "a", old))
+    assert (record.seeds, record.population, record.seed) == (4, 4, 0)
+    assert (record.sweep, record.config, record.chunk_iterations) == (Sweep((), ()), None, None)
+    assert (record.wall_seconds, record.compile_seconds, record.num_devices) == (0.0, 0.0, None)
+    oldest = {"num_iterations": 5, "iterations_done": 2}
+    oldest = checkpoint.read_step(_write_step(tmp_path / "b", oldest))
+    assert (oldest.seeds, oldest.population) == (1, 1)
+    # the committed folders of the release before versions
+    record = checkpoint.read_record(V1 / STOPPED / "checkpoint")
+    assert (record.seeds, record.seed, record.population, record.num_iterations) == (2, 0, 2, 3)
+    assert (record.chunk_iterations, record.iterations_done, record.num_devices) == (1, 1, 1)
+    assert record.config["hidden_sizes"] == [8] and record.compile_seconds > 0
+    plan = checkpoint.read_plan(V1 / DIED / "checkpoint")
+    assert plan == dataclasses.replace(record, num_devices=None, iterations_done=0,
+                                       wall_seconds=0.0, compile_seconds=0.0)  # fmt: skip
+    assert not checkpoint.has_step(V1 / DIED / "checkpoint")
+
+
+@pytest.mark.parametrize("version", [3, 0, "2", None])
+@pytest.mark.parametrize("which", ["plan.json", "meta.json"])
+def test_a_version_this_release_does_not_read_is_one_line(tmp_path, which, version):
+    if which == "plan.json":
+        checkpoint.save_plan(tmp_path, RECORD)
+        file, read = tmp_path / "plan.json", checkpoint.read_plan
+    else:
+        step = _write_step(tmp_path, RECORD.to_dict())
+        file, read = step / "meta.json", lambda _: checkpoint.read_step(step)
+    _rewrite(file, lambda data: data.update(format_version=version))
+    with pytest.raises(CheckpointError) as info:
+        read(tmp_path)
+    message = str(info.value)
+    assert "\n" not in message and repr(str(file)) in message, message
+    reads = "this release of rlax_trpo reads versions 1 and 2"
+    assert f"has format version {version!r}; {reads}" in message, message
+
+
+def test_a_newer_folder_is_refused_by_resume_and_eval_in_one_line(tmp_path, capsys):
+    died, stopped = _copy(DIED, tmp_path), _copy(STOPPED, tmp_path)
+    _rewrite(died / "checkpoint" / "plan.json", lambda data: data.update(format_version=3))
+    meta = stopped / "checkpoint" / "iter_000001" / "meta.json"
+    _rewrite(meta, lambda data: data.update(format_version=3))
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    for argv, file in [(["--resume", str(died)], died / "checkpoint" / "plan.json"),
+                       (["--resume", str(stopped)], meta),
+                       (["eval", "--run", str(stopped)], meta)]:  # fmt: skip
+        assert train.main([*argv, "--no-progress"] if argv[0] == "--resume" else argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and "\n" not in err, err
+        assert f"{str(file)!r} has format version 3; this release" in err, err
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize(
+    "version, change, expected",
+    [
+        (2, lambda d: d.pop("seeds"), "has no 'seeds' (format version 2)"),
+        (2, lambda d: d.pop("compile_seconds"), "has no 'compile_seconds' (format version 2)"),
+        (1, lambda d: d.pop("num_iterations"), "has no 'num_iterations' (format version 1)"),
+        (1, lambda d: d.pop("iterations_done"), "has no 'iterations_done' (format version 1)"),
+        (2, lambda d: d.update(seeds="two"), "seeds is 'two', not a number"),
+        (2, lambda d: d.update(iterations_done=True), "iterations_done is True, not a number"),
+        (2, lambda d: d.update(sweep=[1, 2]), "its config or sweep is not a mapping"),
+        (2, lambda d: d.update(sweep={"hp.x": "ab"}), "its sweep is not lists of numbers"),
+    ],
+)
+def test_a_record_without_what_its_version_needs_is_one_line(tmp_path, version, change, expected):
+    data = RECORD.to_dict()
+    if version == 1:
+        del data["format_version"]
+    change(data)
+    step = _write_step(tmp_path, data)
+    with pytest.raises(CheckpointError) as info:
+        checkpoint.read_step(step)
+    message = str(info.value)
+    assert "\n" not in message and expected in message, message
+    assert message.startswith(f"checkpoint facts {str(step / 'meta.json')!r}"), message
+
+
+def test_a_version_1_run_without_seeds_loads_with_its_population(tmp_path):
+    """As `load_policy` read such folders before versions: seeds from `population`."""
+    run = _copy(STOPPED, tmp_path)
+    _rewrite(run / "checkpoint" / "iter_000001" / "meta.json", lambda data: data.pop("seeds"))
+    saved = SavedRun(run)
+    assert (saved.seeds, saved.population, saved.record.iterations_done) == (2, 2, 1)
+    assert load_policy(run, member=1).setting == {}
+
+
+def _metrics(run: Path) -> tuple[list[str], np.ndarray]:
+    with (run / "metrics.csv").open() as f:
+        rows = list(csv.reader(f))
+    return rows[0], np.array(rows[1:], dtype=float)
+
+
+def test_version_1_folders_still_resume_to_the_end(tmp_path, capsys):
+    """Both folders of the release before versions finish under --resume: the stopped one
+    from its checkpoint (its first iteration's metrics and timings carried over), the other
+    from its plan; they agree (to rounding: the checkpoint's state came from other
+    programs), and their new checkpoints are of the current version."""
+    stopped, died = _copy(STOPPED, tmp_path), _copy(DIED, tmp_path)
+    assert train.main(["--resume", str(stopped), "--no-progress"]) == 0
+    assert train.main(["--resume", str(died), "--no-progress"]) == 0
+    assert "no checkpoint was saved before the run stopped; it starts over" in (
+        capsys.readouterr().err
+    )
+    old = checkpoint.read_record(V1 / STOPPED / "checkpoint")
+    for run in (stopped, died):
+        summary = json.loads((run / "summary.json").read_text())
+        assert (summary["iterations_done"], summary["num_iterations"]) == (3, 3)
+        assert (summary["num_seeds"], summary["population"]) == (2, 2)
+        record = checkpoint.read_record(run / "checkpoint")
+        meta = json.loads((checkpoint.latest_step(run / "checkpoint") / "meta.json").read_text())
+        assert meta["format_version"] == checkpoint.FORMAT_VERSION
+        untimed = {"wall_seconds": 0.0, "compile_seconds": 0.0}
+        as_old = {"num_devices": old.num_devices, "iterations_done": 1, **untimed}
+        assert dataclasses.replace(record, **as_old) == dataclasses.replace(old, **untimed)
+    record = checkpoint.read_record(stopped / "checkpoint")
+    assert record.wall_seconds > old.wall_seconds and record.compile_seconds > old.compile_seconds
+    names, values = _metrics(stopped)
+    with np.load(V1 / STOPPED / "checkpoint" / "iter_000001" / "metrics.npz") as saved:
+        for seed in range(2):
+            (row,) = values[(values[:, 0] == seed) & (values[:, 1] == 0)]
+            for name in saved.files:  # metrics.csv holds 6 significant digits
+                assert row[names.index(name)] == pytest.approx(saved[name][seed, 0], rel=1e-5)
+    names_died, values_died = _metrics(died)
+    assert names_died == names
+    np.testing.assert_allclose(values, values_died, rtol=1e-3, atol=1e-6)
