@@ -7,22 +7,15 @@ import numpy as np
 import pytest
 
 from rlax_trpo import losses
+from rlax_trpo.config import Config, load_config
 from rlax_trpo.config import config_from_dict as validate
-from rlax_trpo.config import load_config
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.lm import tasks
-from rlax_trpo.lm.grpo import (
-    LOSS_TYPES,
-    Batch,
-    GRPOConfig,
-    LMHParams,
-    aggregate_loss,
-    grpo_loss,
-    importance_ratio,
-    make_grpo,
-    policy_loss,
-)
+from rlax_trpo.lm.config import GRPOLMFields
+from rlax_trpo.lm.grpo import grpo_loss, make_grpo
 from rlax_trpo.lm.model import ModelConfig, Transformer, init_params
+from rlax_trpo.lm.objectives import LOSS_TYPES, aggregate_loss, importance_ratio, policy_loss
+from rlax_trpo.lm.types import LMBatch, LMGRPOConfig, LMHParams
 from rlax_trpo.losses import kl_estimate as _kl
 
 
@@ -94,7 +87,17 @@ def test_kl_estimators_known_values():
 
 TASK = tasks.max_digit_task(3)
 MCFG = ModelConfig(tasks.VOCAB_SIZE, TASK.prompt_len + 3, num_layers=1, d_model=16, num_heads=2)
-GCFG = GRPOConfig(num_prompts=4, group_size=4, max_new_tokens=3, num_epochs=2, num_minibatches=2)
+SMALL = {"num_prompts": 4, "group_size": 4, "max_new_tokens": 3, "num_epochs": 2}
+
+
+def grpo_cfg(**fields):
+    """The static settings of a validated `grpo_lm` configuration on TASK: the defaults and
+    checks of the YAML path, `fields` changed."""
+    fields = {"algorithm": "grpo_lm", "task": "max_digit", "num_digits": 3, **fields}
+    return validate(fields).grpo_cfg()
+
+
+GCFG = grpo_cfg(**SMALL, num_minibatches=2)
 
 
 def _batch(params, key):
@@ -106,7 +109,7 @@ def _batch(params, key):
     mask = (jnp.arange(c)[None] < lengths[:, None]).astype(jnp.float32)
     tokens = jnp.where(mask > 0, tokens, tasks.PAD)
     k1, k2, k3 = jax.random.split(key, 3)
-    return Batch(
+    return LMBatch(
         prompts,
         tokens,
         mask,
@@ -130,7 +133,7 @@ def test_padding_contributes_nothing_to_loss_or_kl(fields):
     model = Transformer(MCFG)
     params = init_params(model, jax.random.key(0))
     batch = _batch(params, jax.random.key(1))
-    cfg = GCFG._replace(**fields)
+    cfg = grpo_cfg(**SMALL, num_minibatches=2, **fields)
     hp = LMHParams(kl_beta=0.5)
     pad = batch.mask == 0
     garbage = batch._replace(
@@ -156,7 +159,9 @@ def test_ratio_is_one_on_first_inner_epoch_and_reference_refresh():
     # partial credit: a random policy's rewards vary within groups, so some groups survive
     # zero-variance masking and the policy moves
     hp = LMHParams(learning_rate=1e-2, kl_beta=0.1, partial_credit=0.5)
-    cfg = GCFG._replace(ref_refresh_every=1, mask_zero_std=True, loss_agg="token_mean")
+    cfg = grpo_cfg(
+        **SMALL, num_minibatches=2, ref_refresh_every=1, mask_zero_std=True, loss_agg="token_mean"
+    )
     grpo = make_grpo(MCFG, TASK, cfg)
     params = init_params(Transformer(MCFG), jax.random.key(0))
     state = grpo.init(jax.random.key(1), params, hp)
@@ -205,6 +210,16 @@ def test_config_errors_are_one_line_and_name_the_key():
     assert cfg.completion_len() == 5 and cfg.grpo_cfg().group_size == 4
 
 
+def test_the_settings_have_one_source_of_defaults_and_checks():
+    """`LMGRPOConfig` is a view of the validated fields: none of its own defaults, the fields
+    of `GRPOLMFields` and the completion budget; Python gets the YAML path's defaults."""
+    assert LMGRPOConfig._field_defaults == {}
+    assert set(LMGRPOConfig._fields) == {*GRPOLMFields.model_fields, "max_new_tokens"}
+    cfg = Config.create(algorithm="grpo_lm", task="sort").grpo_cfg()
+    defaults = {name: field.default for name, field in GRPOLMFields.model_fields.items()}
+    assert cfg._asdict() == {**defaults, "max_new_tokens": 5}
+
+
 def test_kl_penalty_pulls_towards_the_reference():
     # Zero advantages: the loss is beta * KL(pi || pi_ref) alone. Its gradient is zero at
     # beta 0, and a step along it at beta > 0 lowers the KL to the reference.
@@ -234,7 +249,7 @@ def _loss_inputs(seed=0, b=8, c=5, spread=0.4):
     lengths = jnp.arange(b) % c + 1
     mask = (jnp.arange(c)[None] < lengths[:, None]).astype(jnp.float32)
     logp = -jax.random.uniform(k[0], (b, c), minval=0.2, maxval=3.0)
-    batch = Batch(
+    batch = LMBatch(
         prompts=jnp.zeros((b, 1), jnp.int32),
         tokens=jnp.zeros((b, c), jnp.int32),
         mask=mask,
@@ -260,7 +275,7 @@ def _old_loss(logp, batch, hp, cfg):
 @pytest.mark.parametrize("loss_agg", [None, "seq_mean_token_mean", "token_mean", "constant"])
 def test_the_default_loss_type_is_the_old_loss_bit_for_bit(loss_agg):
     logp, batch = _loss_inputs()
-    hp, cfg = LMHParams(kl_beta=0.3), GRPOConfig(max_new_tokens=5, loss_agg=loss_agg)
+    hp, cfg = LMHParams(kl_beta=0.3), grpo_cfg(max_new_tokens=5, loss_agg=loss_agg)
     assert cfg.loss_type == "grpo" and cfg.importance_sampling_level == "token"
     new = jax.value_and_grad(lambda lp: policy_loss(lp, batch, hp, cfg)[0])(logp)
     old = jax.value_and_grad(lambda lp: _old_loss(lp, batch, hp, cfg))(logp)
@@ -287,7 +302,7 @@ def test_gspo_ratio_is_one_value_per_sequence_and_clipped_per_sequence():
     # the loss (grpo aggregation, beta 0): -mean_i min(s_i A_i, clip(s_i) A_i), and its
     # gradient -s_i A_i / (B |o_i|) on every token of an unclipped sequence, 0 on a clipped one
     hp = LMHParams(kl_beta=0.0, clip_eps_low=0.2, clip_eps_high=0.28)
-    cfg = GRPOConfig(max_new_tokens=5, importance_sampling_level="sequence")
+    cfg = grpo_cfg(max_new_tokens=5, importance_sampling_level="sequence")
     adv = np.asarray(batch.advantages)
     clipped = ((adv > 0) & (s > 1.28)) | ((adv < 0) & (s < 0.8))
     assert clipped.any() and not clipped.all()
@@ -304,7 +319,7 @@ def test_cispo_weight_carries_no_gradient(level):
     """d loss / d log pi_it = -sg(min(r, 1 + eps_high)) A_i / (the batch's token count)."""
     logp, batch = _loss_inputs()
     hp = LMHParams(kl_beta=0.0, clip_eps_high=0.28)
-    cfg = GRPOConfig(max_new_tokens=5, loss_type="cispo", importance_sampling_level=level)
+    cfg = grpo_cfg(max_new_tokens=5, loss_type="cispo", importance_sampling_level=level)
     r = importance_ratio(logp, batch.old_logprobs, batch.mask, level)
     truncated = np.asarray(r > 1.28)[np.asarray(batch.mask) > 0]
     assert truncated.any() and not truncated.all()
@@ -321,9 +336,11 @@ def test_gspo_token_is_gspo_in_value_and_in_gradient(loss_agg):
     with c_i the aggregation's weight of a token of sequence i (the same for all of them)."""
     logp, batch = _loss_inputs(seed=1)
     hp = LMHParams(kl_beta=0.0)
-    cfg = GRPOConfig(max_new_tokens=5, loss_agg=loss_agg)
-    seq_cfg = cfg._replace(importance_sampling_level="sequence")
-    tok_cfg = cfg._replace(importance_sampling_level="sequence_token")
+    cfg = grpo_cfg(max_new_tokens=5, loss_agg=loss_agg)
+    seq_cfg = grpo_cfg(max_new_tokens=5, loss_agg=loss_agg, importance_sampling_level="sequence")
+    tok_cfg = grpo_cfg(
+        max_new_tokens=5, loss_agg=loss_agg, importance_sampling_level="sequence_token"
+    )
     s_it = importance_ratio(logp, batch.old_logprobs, batch.mask, "sequence_token")
     s_i = importance_ratio(logp, batch.old_logprobs, batch.mask, "sequence")
     np.testing.assert_allclose(s_it, s_i, rtol=1e-6)
@@ -341,7 +358,15 @@ def test_gspo_token_is_gspo_in_value_and_in_gradient(loss_agg):
     np.testing.assert_allclose(tok[1], expected, rtol=1e-5, atol=1e-8)
     # KL and its bias correction: the same value too
     kl_hp = LMHParams(kl_beta=0.3)
-    corr = [cfg_._replace(kl_bias_correction=True) for cfg_ in (seq_cfg, tok_cfg)]
+    corr = [
+        grpo_cfg(
+            max_new_tokens=5,
+            loss_agg=loss_agg,
+            importance_sampling_level=level,
+            kl_bias_correction=True,
+        )
+        for level in ("sequence", "sequence_token")
+    ]
     values = [float(policy_loss(logp, batch, kl_hp, c_)[0]) for c_ in corr]
     assert values[1] == pytest.approx(values[0], rel=1e-6)
 

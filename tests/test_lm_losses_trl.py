@@ -5,7 +5,7 @@ reference log-probs, one advantage per sequence and a completion mask with ragge
 (B = 8 sequences, T = 6 tokens, some of length 1). TRL's side runs its real loss code,
 `GRPOTrainer._compute_loss(fake_self, model, inputs)` called unbound, with a minimal `self`
 whose `_get_per_token_logps_and_entropies` returns the torch leaf and whose other attributes are
-the ones `_compute_loss` reads; our side is `rlax_trpo.lm.grpo.policy_loss` under `jax.grad`.
+the ones `_compute_loss` reads; our side is `rlax_trpo.lm.objectives.policy_loss` under `jax.grad`.
 The loss and its gradient with respect to every per-token log-prob (padding included: zero on
 both sides) agree to 1e-5 for every loss type, at the token and sequence importance-sampling
 levels, with two-sided clipping (delta), with a KL penalty with and without the bias correction,
@@ -25,7 +25,7 @@ Mappings, where our parameters are not TRL's:
     1.16 clamps at its `epsilon_high` itself (`clamp(coef_1, max=epsilon_high)`, recommended
     5.0). We follow the paper, so TRL gets epsilon_high = 1 + our clip_eps_high.
   * dapo / cispo / vespo divide by the token count of the whole generation batch; a minibatch of
-    ours divides by that count / num_minibatches (`Batch.token_norm`), which is TRL's normaliser
+    ours divides by that count / num_minibatches (`LMBatch.token_norm`), which is TRL's normaliser
     with `steps_per_generation` = num_minibatches and one accumulation step (checked with two).
   * `delta` None (off) is our `clip_delta` 0; `beta` is `kl_beta` with the k3 estimator (TRL's
     only one); `use_bias_correction_kl` is `kl_bias_correction`.
@@ -48,7 +48,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 from trl.trainer.grpo_trainer import GRPOTrainer  # noqa: E402
 
-from rlax_trpo.lm.grpo import Batch, GRPOConfig, LMHParams, policy_loss  # noqa: E402
+from rlax_trpo.config import Config  # noqa: E402
+from rlax_trpo.lm.objectives import policy_loss  # noqa: E402
+from rlax_trpo.lm.types import LMBatch, LMHParams  # noqa: E402
 
 B, T = 8, 6
 LENGTHS = np.array([6, 1, 3, 5, 2, 6, 4, 3])
@@ -181,7 +183,7 @@ def our_loss(case: Case, data: dict, token_norm: float | None = None):
     """`policy_loss` on `data` in float64: the loss, its gradient and its metrics."""
     with jax.enable_x64(True):
         n = data["mask"].shape[0]
-        batch = Batch(
+        batch = LMBatch(
             prompts=jnp.zeros((n, 1), jnp.int32),
             tokens=jnp.zeros((n, T), jnp.int32),
             mask=jnp.asarray(data["mask"]),
@@ -199,13 +201,14 @@ def our_loss(case: Case, data: dict, token_norm: float | None = None):
             **SAPO,
             **VESPO,
         )
-        cfg = GRPOConfig(
+        cfg = Config.create(
+            algorithm="grpo_lm",
             max_new_tokens=T,
             loss_type=case.loss_type,
             importance_sampling_level=case.level,
             kl_bias_correction=case.bias_kl,
             kl_estimator="k3",
-        )
+        ).grpo_cfg()
         fn = jax.jit(jax.value_and_grad(lambda lp: policy_loss(lp, batch, hp, cfg), has_aux=True))
         (loss, aux), grad = fn(jnp.asarray(data["logp"]))
         return float(loss), np.asarray(grad), {k: float(v) for k, v in aux.items()}

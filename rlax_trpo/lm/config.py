@@ -3,9 +3,12 @@
 The same loader, override parser, sweep and error formatting as control runs
 (`rlax_trpo.config`): `LMFields` are the fields of the language-model kind (task, model,
 iterations, warm start, evaluation), `GRPOLMFields` the algorithm's section and `LMHParams`
-(`rlax_trpo.lm.grpo`) its `hp:` section; `SPEC` registers them as `grpo_lm`.
+(`rlax_trpo.lm.types`) its `hp:` section; `SPEC` registers them as `grpo_lm`. These fields
+are the only place the language-model GRPO's defaults and checks are declared: code that
+builds it directly reads them from a configuration too,
 
     config = load_config("grpo_lm_max_digit", ["num_iterations=50"])
+    config = Config.create(algorithm="grpo_lm", task="sort", group_size=4)  # or in Python
     config.make_task(), config.model_cfg(), config.grpo_cfg(), config.hp
 """
 
@@ -17,14 +20,22 @@ from pydantic import Field, model_validator
 
 from rlax_trpo.algorithms.base import AlgorithmSpec
 from rlax_trpo.fields import RunFields, Section
-from rlax_trpo.lm.grpo import GRPOConfig, LMHParams
 from rlax_trpo.lm.model import ModelConfig
+from rlax_trpo.lm.objectives import (
+    IMPORTANCE_SAMPLING_LEVELS,
+    KL_ESTIMATORS,
+    LOSS_AGGREGATIONS,
+    LOSS_TYPES,
+)
 from rlax_trpo.lm.tasks import VOCAB_SIZE, Task, make_task
+from rlax_trpo.lm.types import LMGRPOConfig, LMHParams
 
 DEFAULT_DIGITS = {"max_digit": 5, "sort": 4, "add": 3}
 
 
 class ModelSection(Section):
+    """The `model:` section: the transformer's depth, width, heads, MLP ratio and dtype."""
+
     num_layers: int = Field(2, ge=1)
     d_model: int = Field(64, ge=8)
     num_heads: int = Field(4, ge=1)
@@ -66,13 +77,17 @@ class LMFields(RunFields):
 
     # ---- builders (host side)
     def make_task(self) -> Task:
+        """The task, with its default number of digits (`DEFAULT_DIGITS`) where none is set."""
         digits = self.num_digits or DEFAULT_DIGITS[self.task]
         return make_task(self.task, digits, self.reverse_answer)
 
     def completion_len(self) -> int:
+        """The completion budget: `max_new_tokens`, else the task's answer and EOS."""
         return self.max_new_tokens or self.make_task().answer_len + 1
 
     def model_cfg(self) -> ModelConfig:
+        """The transformer's `ModelConfig`: the `model:` section, and a context as long as a
+        prompt and its completion budget."""
         task = self.make_task()
         return ModelConfig(
             vocab_size=VOCAB_SIZE,
@@ -84,32 +99,23 @@ class LMFields(RunFields):
 class GRPOLMFields(Section):
     """GRPO on sampled completions: groups of `group_size` per prompt, the loss type (TRL
     1.16's family) and its importance-sampling level and aggregation, reward scaling, KL to the
-    reference policy. `rlax_trpo.lm.grpo.policy_loss` documents each loss type."""
+    reference policy. `LMGRPOConfig` (`grpo_cfg()`) documents each field,
+    `rlax_trpo.lm.objectives.policy_loss` each loss type."""
 
     num_prompts: int = Field(32, ge=1)
     group_size: int = Field(16, ge=2)
     num_epochs: int = Field(1, ge=1)
     num_minibatches: int = Field(1, ge=1)
-    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"] = (
-        "grpo"
-    )
-    importance_sampling_level: Literal["token", "sequence", "sequence_token"] = "token"
+    # the names `rlax_trpo.lm.objectives` implements, from its tables
+    loss_type: Literal[tuple(LOSS_TYPES)] = "grpo"
+    importance_sampling_level: Literal[IMPORTANCE_SAMPLING_LEVELS] = "token"
     kl_bias_correction: bool = False  # KL x importance ratio (TRL's use_bias_correction_kl)
     # None: the loss type's own aggregation; a name overrides it
-    loss_agg: (
-        Literal[
-            "seq_mean_token_mean",
-            "token_mean",
-            "batch_token_mean",
-            "constant",
-            "seq_mean_token_sum",
-        ]
-        | None
-    ) = None
+    loss_agg: Literal[LOSS_AGGREGATIONS] | None = None
     scale_rewards: bool = True
     std_ddof: Literal[0, 1] = 0
     mask_zero_std: bool = False
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_estimator: Literal[KL_ESTIMATORS] = "k3"
     ref_refresh_every: int = Field(0, ge=0)
 
     @model_validator(mode="after")
@@ -122,23 +128,11 @@ class GRPOLMFields(Section):
             )
         return self
 
-    def grpo_cfg(self) -> GRPOConfig:
-        return GRPOConfig(
-            num_prompts=self.num_prompts,
-            group_size=self.group_size,
-            max_new_tokens=self.completion_len(),
-            num_epochs=self.num_epochs,
-            num_minibatches=self.num_minibatches,
-            loss_type=self.loss_type,
-            importance_sampling_level=self.importance_sampling_level,
-            kl_bias_correction=self.kl_bias_correction,
-            loss_agg=self.loss_agg,
-            scale_rewards=self.scale_rewards,
-            std_ddof=self.std_ddof,
-            mask_zero_std=self.mask_zero_std,
-            kl_estimator=self.kl_estimator,
-            ref_refresh_every=self.ref_refresh_every,
-        )
+    def grpo_cfg(self) -> LMGRPOConfig:
+        """The static settings `rlax_trpo.lm.grpo.make_grpo` reads: this section's fields, as
+        validated, and the completion budget (`completion_len`)."""
+        fields = {name: getattr(self, name) for name in GRPOLMFields.model_fields}
+        return LMGRPOConfig(max_new_tokens=self.completion_len(), **fields)
 
 
 SPEC = AlgorithmSpec(

@@ -81,6 +81,9 @@ def causal_attention(
 
 
 class Attention(nn.Module):
+    """Causal multi-head self-attention, writing its keys and values into a layer's KV cache
+    at position `start` when it is given one."""
+
     num_heads: int
     dtype: str = "float32"
 
@@ -107,6 +110,8 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
+    """One pre-LayerNorm transformer block: attention, then a GELU MLP, each residual."""
+
     num_heads: int
     mlp_ratio: int
     dtype: str = "float32"

@@ -11,17 +11,14 @@ vespo) and GSPO's sequence ratio are checked number for number against TRL's own
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import chex
 import jax
 import jax.numpy as jnp
 
 from rlax_trpo import losses
+from rlax_trpo.lm.types import LMBatch, LMGRPOConfig, LMHParams
 from rlax_trpo.losses import masked_mean
-
-if TYPE_CHECKING:
-    from rlax_trpo.lm.grpo import Batch, GRPOConfig, LMHParams
 
 LOSS_AGGREGATIONS = (
     "seq_mean_token_mean",
@@ -131,7 +128,7 @@ def vespo_weight(
 
 
 def policy_objective(
-    logp: jax.Array, ratio: jax.Array, adv: jax.Array, batch: Batch, hp: LMHParams, loss_type: str
+    logp: jax.Array, ratio: jax.Array, adv: jax.Array, batch: LMBatch, hp: LMHParams, loss_type: str
 ) -> tuple[jax.Array, dict]:
     """The per-token objective J_it `[B, C]` (the loss is -J) of `loss_type`, and its own
     metrics. `ratio` is the importance ratio at the configured level (`importance_ratio`),
@@ -177,7 +174,7 @@ def policy_objective(
 
 
 def policy_loss(
-    logp: jax.Array, batch: Batch, hp: LMHParams, cfg: GRPOConfig
+    logp: jax.Array, batch: LMBatch, hp: LMHParams, cfg: LMGRPOConfig
 ) -> tuple[jax.Array, dict]:
     """The GRPO-family loss of per-token log-probs `logp` `[B, C]` under the current policy
     (a pure function of them, so it can be compared with TRL and differentiated on its own):

@@ -12,10 +12,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from rlax_trpo.lm.grpo import LMHParams, make_optimizer, set_hyperparams
+from rlax_trpo.lm.grpo import make_clipped_adam, set_clipped_adam_hparams
 from rlax_trpo.lm.model import ModelConfig, Transformer
 from rlax_trpo.lm.sampling import completion_logits, token_logprobs
 from rlax_trpo.lm.tasks import PAD, Task, sample_train
+from rlax_trpo.lm.types import LMHParams
 from rlax_trpo.losses import masked_mean
 
 
@@ -38,13 +39,8 @@ def warm_start(
 ):
     """`num_steps` Adam steps of supervised learning; returns (params, losses `[num_steps]`)."""
     apply_fn = Transformer(model_config).apply
-    optimizer = make_optimizer()
-    opt_state = set_hyperparams(
-        optimizer.init(params),
-        learning_rate=hp.warm_start_learning_rate,
-        max_grad_norm=hp.max_grad_norm,
-        adam_eps=hp.adam_eps,
-    )
+    optimizer = make_clipped_adam()
+    opt_state = set_clipped_adam_hparams(optimizer.init(params), hp, hp.warm_start_learning_rate)
 
     def step(carry, step_key):
         params, opt_state = carry
