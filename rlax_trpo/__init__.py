@@ -13,14 +13,14 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Algorithm": "rlax_trpo.algorithms.base",
-    "algorithm_names": "rlax_trpo.algorithms",
+    "algorithm_names": "rlax_trpo.config.registry",
     "make_algorithm": "rlax_trpo.algorithms",
-    "register_algorithm": "rlax_trpo.algorithms",
-    "RunResult": "rlax_trpo.experiment",
-    "run": "rlax_trpo.experiment",
-    "Config": "rlax_trpo.config",
-    "HParams": "rlax_trpo.config",
-    "load_config": "rlax_trpo.config",
+    "register_algorithm": "rlax_trpo.config.registry",
+    "RunResult": "rlax_trpo.experiment.driver",
+    "run": "rlax_trpo.experiment.driver",
+    "Config": "rlax_trpo.config.configuration",
+    "HParams": "rlax_trpo.config.fields",
+    "load_config": "rlax_trpo.config.configuration",
     "Env": "rlax_trpo.envs",
     "EnvSpec": "rlax_trpo.envs",
     "make_env": "rlax_trpo.envs",
@@ -29,7 +29,7 @@ _EXPORTS = {
     "ConfigError": "rlax_trpo.errors",
     "Networks": "rlax_trpo.networks",
     "Policy": "rlax_trpo.policy",
-    "load_policy": "rlax_trpo.policy",
+    "load_policy": "rlax_trpo.experiment.saved",
     "make_networks": "rlax_trpo.networks",
     "Trainer": "rlax_trpo.training",
     "make_train": "rlax_trpo.training",
@@ -56,13 +56,16 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs
-    from rlax_trpo.algorithms import algorithm_names, make_algorithm, register_algorithm  # noqa: F401
+    from rlax_trpo.algorithms import make_algorithm  # noqa: F401
     from rlax_trpo.algorithms.base import Algorithm  # noqa: F401
-    from rlax_trpo.config import Config, HParams, load_config  # noqa: F401
+    from rlax_trpo.config.configuration import Config, load_config  # noqa: F401
+    from rlax_trpo.config.fields import HParams  # noqa: F401
+    from rlax_trpo.config.registry import algorithm_names, register_algorithm  # noqa: F401
     from rlax_trpo.envs import Env, EnvSpec, make_env, register_env, register_suite  # noqa: F401
     from rlax_trpo.errors import ConfigError  # noqa: F401
-    from rlax_trpo.experiment import RunResult, run  # noqa: F401
+    from rlax_trpo.experiment.driver import RunResult, run  # noqa: F401
+    from rlax_trpo.experiment.saved import load_policy  # noqa: F401
     from rlax_trpo.networks import Networks, make_networks  # noqa: F401
-    from rlax_trpo.policy import Policy, load_policy  # noqa: F401
+    from rlax_trpo.policy import Policy  # noqa: F401
     from rlax_trpo.training import Trainer, make_train, make_trainer  # noqa: F401
     from rlax_trpo.types import Batch, Params, TrainState, Trajectory  # noqa: F401

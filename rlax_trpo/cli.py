@@ -18,11 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlax_trpo import peers
-
-
-class UsageError(Exception):
-    pass
+from rlax_trpo.errors import UsageError
+from rlax_trpo.experiment import peers
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,37 +35,80 @@ def build_parser(prog: str = "rlax-trpo train") -> argparse.ArgumentParser:
         epilog="Overrides use the YAML keys, anywhere on the line: num_envs=64 "
         "hp.learning_rate=1e-3 env=Acrobot-v1",
     )
-    add = p.add_argument
-    add("--config", help="a bundled config's name (`rlax-trpo configs`) or a YAML file; "
-        "default: PPO on CartPole-v1")  # fmt: skip
-    add("--import", dest="imports", action="append", default=[], metavar="MODULE",
+    p.add_argument(
+        "--config",
+        help="a bundled config's name (`rlax-trpo configs`) or a YAML file; "
+        "default: PPO on CartPole-v1",
+    )
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
         help="import a module of yours first (it registers algorithms or environments); "
-        "a name on the Python path or in this directory, or a .py path; repeatable")  # fmt: skip
+        "a name on the Python path or in this directory, or a .py path; repeatable",
+    )
+    _population_options(p.add_argument_group("the population and its run folder"))
+    _logging_options(p.add_argument_group("logging"))
+    _multihost_options(p.add_argument_group("several processes (multi-host)"))
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    return p
+
+
+def _population_options(group: Any) -> None:
+    add = group.add_argument
     add("--seeds", type=int, help="number of seeds, vmapped (default 1)")
     add("--seed", type=int, help="base PRNG seed (default 0)")
-    add("--out", type=Path, help="run folder (default runs/<algo>_<env>_<time>)")
-    add("--no-progress", action="store_true", help="hide the progress bar")
     add("--sweep", action="append", default=[], metavar="hp.NAME=V1,V2", help="sweep (repeat)")
+    add("--out", type=Path, help="run folder (default runs/<algo>_<env>_<time>)")
     add("--chunk-iterations", type=int, metavar="K", help="checkpoint every K iterations")
-    add("--resume", type=Path, metavar="DIR", help="continue the run in DIR (from its newest "
-        "checkpoint, or its final phase, or from the start if it saved none)")  # fmt: skip
-    add("--keep-checkpoints", type=int, default=2, metavar="K",
-        help="keep the newest K checkpoints (default 2)")  # fmt: skip
+    add(
+        "--resume",
+        type=Path,
+        metavar="DIR",
+        help="continue the run in DIR (from its newest "
+        "checkpoint, or its final phase, or from the start if it saved none)",
+    )
+    add(
+        "--keep-checkpoints",
+        type=int,
+        default=2,
+        metavar="K",
+        help="keep the newest K checkpoints (default 2)",
+    )
     add("--devices", type=int, metavar="N", help="devices to shard over (default: all that fit)")
     add("--shard", choices=("population", "envs"), default="population", help="what to split")
+
+
+def _logging_options(group: Any) -> None:
+    add = group.add_argument
+    add("--no-progress", action="store_true", help="hide the progress bar")
     add("--tensorboard", action="store_true", help="write <run>/tensorboard (tensorboardX)")
     add("--wandb", action="store_true", help="log to Weights & Biases (WANDB_MODE is honoured)")
     add("--wandb-project", default="rlax_trpo", metavar="NAME", help="W&B project")
     add("--wandb-name", metavar="NAME", help="W&B run name (default: the run folder's name)")
-    add("--log-every", type=int, metavar="K", help="TensorBoard/W&B: write every K iterations "
-        "(default: --chunk-iterations, else about a tenth of the run)")  # fmt: skip
+    add(
+        "--log-every",
+        type=int,
+        metavar="K",
+        help="TensorBoard/W&B: write every K iterations "
+        "(default: --chunk-iterations, else about a tenth of the run)",
+    )
+
+
+def _multihost_options(group: Any) -> None:
+    add = group.add_argument
     add("--coordinator-address", metavar="HOST:PORT", help="multi-host: address of process 0")
     add("--num-processes", type=int, help="multi-host: number of processes")
     add("--process-id", type=int, help="multi-host: this process")
-    add("--peer-timeout", type=int, metavar="S", help="multi-host: seconds to wait for every "
-        "process to join, and for a silent peer before the run stops (default 60)")  # fmt: skip
-    add("overrides", nargs="*", metavar="key=value", help="config overrides")
-    return p
+    add(
+        "--peer-timeout",
+        type=int,
+        metavar="S",
+        help="multi-host: seconds to wait for every "
+        "process to join, and for a silent peer before the run stops (default 60)",
+    )
 
 
 def train_main(argv: list[str], prog: str = "rlax-trpo train") -> int:
@@ -77,8 +117,12 @@ def train_main(argv: list[str], prog: str = "rlax-trpo train") -> int:
     from rlax_trpo.platform import setup_cpu
 
     args = build_parser(prog).parse_intermixed_args(argv)
-    flags = {"--devices": args.devices, "--num-processes": args.num_processes,
-             "--log-every": args.log_every, "--peer-timeout": args.peer_timeout}  # fmt: skip
+    flags = {
+        "--devices": args.devices,
+        "--num-processes": args.num_processes,
+        "--log-every": args.log_every,
+        "--peer-timeout": args.peer_timeout,
+    }
     for flag, value in flags.items():
         if value is not None and value < 1:
             raise UsageError(f"{flag}: must be a positive integer (got {value})")
@@ -91,13 +135,13 @@ def train_main(argv: list[str], prog: str = "rlax-trpo train") -> int:
     setup_cpu(None if multi_host else args.devices)
     if multi_host:
         peers.join(args)
-    from rlax_trpo import experiment
+    from rlax_trpo.experiment import driver
 
     config, sweep = _train_config(args)
     wandb = None
     if args.wandb:
         wandb = {"project": args.wandb_project, "name": args.wandb_name}
-    result = experiment.run(
+    result = driver.run(
         config,
         seeds=args.seeds,
         seed=args.seed,
@@ -119,25 +163,21 @@ def train_main(argv: list[str], prog: str = "rlax-trpo train") -> int:
 
 def _train_config(args: argparse.Namespace) -> tuple[Any, Any]:
     """The run's config (None to take the resumed run's) and sweep, from the command line."""
-    from rlax_trpo.checkpoint import load_config
-    from rlax_trpo.config import config_from_dict
-    from rlax_trpo.sweep import parse_sweeps
-    from rlax_trpo.yamlio import merge_overrides, parse_overrides, read_yaml
+    from rlax_trpo.config.configuration import load_config
+    from rlax_trpo.config.sweep import parse_sweeps
+    from rlax_trpo.experiment.checkpoint import load_config as saved_config
 
     config = None
     if args.resume is not None and not (args.resume / "checkpoint").is_dir():
         raise UsageError(f"--resume: {str(args.resume)!r} is not a run folder")
     if args.resume is None or args.config is not None or args.overrides or args.imports:
-        raw = read_yaml(args.config) if args.config else {}  # no config: the default run
-        if args.resume is not None and args.config is None:  # checked against the saved one
-            raw = load_config(args.resume / "checkpoint").to_dict()
-        raw = merge_overrides(raw, parse_overrides(args.overrides))
-        if args.imports:
-            raw["imports"] = list(dict.fromkeys([*raw.get("imports", []), *args.imports]))
-        config = config_from_dict(raw)
+        base = None  # with --resume alone, overrides are checked against the saved config
+        if args.resume is not None and args.config is None:
+            base = saved_config(args.resume / "checkpoint").to_dict()
+        config = load_config(args.config, args.overrides, args.imports, base)
     if not args.sweep:
         return config, None
-    base = config if config is not None else load_config(args.resume / "checkpoint")
+    base = config if config is not None else saved_config(args.resume / "checkpoint")
     return config, parse_sweeps(args.sweep, base)
 
 
@@ -146,7 +186,7 @@ def _report(result, prog: str = "rlax-trpo train") -> int:
 
     import jax
 
-    from rlax_trpo.report import format_outcome
+    from rlax_trpo.report.run_files import format_outcome
 
     # How to resume: the command the user ran (a checkout's script runs under python).
     command = f"python {prog}" if prog.endswith(".py") else prog
@@ -175,34 +215,29 @@ def eval_main(argv: list[str], prog: str = "rlax-trpo eval") -> int:
 
     args = build_eval_parser(prog).parse_args(argv)
     setup_cpu(1)  # evaluation runs on one device
-    from rlax_trpo.policy import best_member, evaluate_run, format_evaluation, render_member
+    from rlax_trpo.experiment.saved import eval_command
 
-    for flag, value in (("--episodes", args.episodes), ("--max-steps", args.max_steps)):
-        if value is not None and value < 1:
-            raise UsageError(f"{flag}: must be a positive integer (got {value})")
-    gif = args.run / "episode.gif" if args.gif == Path("episode.gif") else args.gif
-    if gif is not None and gif.suffix.lower() != ".gif":
-        raise UsageError(f"--gif: {str(gif)!r} must end in .gif")
-    ev = evaluate_run(args.run, args.episodes, args.seed, args.max_steps)
-    population = len(ev.settings) * ev.seeds
-    if args.member is not None and not 0 <= args.member < population:
-        raise UsageError(f"--member: must be between 0 and {population - 1} (got {args.member})")
-    print(format_evaluation(ev, args.run))
-    if gif is not None:
-        member = best_member(ev) if args.member is None else args.member
-        frames = render_member(ev, member, gif, args.seed, args.max_steps)
-        print(f"GIF of member {member} (greedy, {frames} steps): {gif}")
-    return 0
+    return eval_command(args)
 
 
 def build_configs_parser(prog: str = "rlax-trpo configs") -> argparse.ArgumentParser:
     p = _Parser(prog=prog, description="List the bundled configurations, or show one whole.")
     add = p.add_argument
-    add("--show", metavar="NAME", help="print every field of a config (a bundled name, a YAML "
+    add(
+        "--show",
+        metavar="NAME",
+        help="print every field of a config (a bundled name, a YAML "
         "file, or 'default' for the default run) with its value and where it came from: "
-        "the file, an override or the default")  # fmt: skip
-    add("--import", dest="imports", action="append", default=[], metavar="MODULE",
-        help="import a module of yours first (its algorithms and environments)")  # fmt: skip
+        "the file, an override or the default",
+    )
+    add(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import a module of yours first (its algorithms and environments)",
+    )
     add("overrides", nargs="*", metavar="key=value", help="overrides, with --show")
     return p
 
@@ -214,82 +249,25 @@ def configs_main(argv: list[str], prog: str = "rlax-trpo configs") -> int:
     if args.show is None:
         if args.overrides or args.imports:
             raise UsageError("configs: overrides and --import need --show NAME")
-        import yaml
+        from rlax_trpo.config.defaults import bundled_config_table
 
-        from rlax_trpo.defaults import CONFIG_DIR, bundled_config_names
-
-        for name in bundled_config_names():
-            raw = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())
-            what = raw.get("env", raw.get("task", ""))
-            print(f"{name:28s} {raw.get('algorithm', 'ppo'):9s} {what}")
+        print(bundled_config_table(), end="")
         return 0
     from rlax_trpo.platform import setup_cpu
 
     setup_cpu(1)
-    print(_config_sources(args.show, args.overrides, args.imports), end="")
+    from rlax_trpo.config.configuration import describe_sources
+
+    print(describe_sources(args.show, args.overrides, args.imports), end="")
     return 0
-
-
-def _config_sources(name: str, overrides: list[str], imports: list[str]) -> str:
-    """A config resolved as YAML, every field commented with where its value came from."""
-    import yaml
-
-    from rlax_trpo.config import config_from_dict
-    from rlax_trpo.yamlio import merge_overrides, parse_overrides, read_yaml
-
-    from_file = {} if name == "default" else read_yaml(name)
-    given = parse_overrides(overrides)
-    raw = merge_overrides(from_file, given)
-    if imports:
-        raw["imports"] = list(dict.fromkeys([*raw.get("imports", []), *imports]))
-    config = config_from_dict(raw)
-
-    def source(dotted: str) -> str:
-        if dotted in given or (dotted == "imports" and imports):
-            return "override"
-        node: Any = from_file
-        for part in dotted.split("."):
-            if not isinstance(node, dict) or part not in node:
-                return "default"
-            node = node[part]
-        return "file"
-
-    lines = [f"# {name}: algorithm {config.algorithm}; each value's source: file, override "
-             "or default"]  # fmt: skip
-    for key, value in config.to_dict().items():
-        if isinstance(value, dict) and value and key in ("hp", "model"):
-            lines.append(f"{key}:")
-            for sub, v in value.items():
-                text = yaml.safe_dump({sub: v}, default_flow_style=True).strip()[1:-1]
-                lines.append(f"  {text:40s} # {source(f'{key}.{sub}')}")
-        else:
-            text = yaml.safe_dump({key: value}, default_flow_style=True).strip()[1:-1]
-            lines.append(f"{text:42s} # {source(key)}")
-    return "\n".join(lines) + "\n"
-
-
-def build_report_parser(prog: str = "rlax-trpo report") -> argparse.ArgumentParser:
-    p = _Parser(prog=prog, description="Statistics over finished runs as rliable computes them, "
-                "written to report.md, report.json and figures.")  # fmt: skip
-    add = p.add_argument
-    add("paths", nargs="+", type=Path, metavar="PATH", help="a run folder, a JSON published by "
-        "benchmarks/standard_tables.py, or a folder of either")  # fmt: skip
-    add("--out", type=Path, default=Path("report"), metavar="DIR", help="default: report/")
-    add("--range", dest="ranges", action="append", default=[], metavar="TASK=LO,HI",
-        help="a task's normalisation range, repeatable (default: its scores' range)")  # fmt: skip
-    add("--score", default="return", help="return, or an episode figure (Craftax: score_percent)")
-    add("--anchors", type=Path, metavar="FILE.yaml", help="published scores, label: {task: score}")
-    add("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
-    add("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    add("--title", help="the report's title")
-    return p
 
 
 def report_main(argv: list[str], prog: str = "rlax-trpo report") -> int:
     """`report PATH [PATH ...] [options]`; the exit status (2: bad input, or no rliable)."""
-    from rlax_trpo.aggregate_plots import report_command
+    from rlax_trpo.report.command import build_report_parser, report_command
 
-    return report_command(build_report_parser(prog).parse_intermixed_args(argv), prog)
+    args = build_report_parser(prog, _Parser).parse_intermixed_args(argv)
+    return report_command(args, prog)
 
 
 COMMANDS = {

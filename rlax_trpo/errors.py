@@ -17,6 +17,10 @@ class ConfigError(ValueError):
     """
 
 
+class UsageError(ValueError):
+    """A command line that does not parse or combines options wrongly: one line, exit 2."""
+
+
 class RunFailed(RuntimeError):
     """A run stopped by its surroundings, not by its input: disk full, permissions, memory,
     a second Ctrl-C. The message is one line naming the cause and what was kept; `status`
@@ -44,17 +48,23 @@ def describe_failure(err: BaseException, kept: object | None) -> BaseException |
     if runtime and is_peer_failure(text) and _multi_process():
         first = next((line for line in text.splitlines() if line.strip()), "")
         during = (
-            "while writing a checkpoint" if type(err).__name__ == "CheckpointWriteError"
+            "while writing a checkpoint"
+            if type(err).__name__ == "CheckpointWriteError"
             else first.strip()[:160]
-        )  # fmt: skip
+        )
         return RunFailed(
             f"a process of this multi-process run stopped or cannot be reached ({during}); {where}"
         )
     if type(err).__name__ == "CheckpointWriteError":
         return RunFailed(text)
     if isinstance(err, OSError) and err.errno in (
-        errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EIO,
-    ):  # fmt: skip
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EACCES,
+        errno.EPERM,
+        errno.EROFS,
+        errno.EIO,
+    ):
         name = f": {err.filename}" if err.filename else ""
         return RunFailed(f"{err.strerror}{name}; {where}")
     if "RESOURCE_EXHAUSTED" in text and ("memory" in text.lower() or "allocat" in text.lower()):

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from rlax_trpo.config import Config
+from rlax_trpo.config.configuration import Config
 from rlax_trpo.envs import Env
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.networks import Networks
@@ -60,8 +60,14 @@ def make_evaluate(
             t, alive = carry[0], carry[4]
             return (t < horizon) & alive.any()
 
-        init = (jnp.int32(0), env_state, obs, jnp.zeros(num_episodes),
-                jnp.ones(num_episodes, bool), policy_memory(networks, num_episodes))  # fmt: skip
+        init = (
+            jnp.int32(0),
+            env_state,
+            obs,
+            jnp.zeros(num_episodes),
+            jnp.ones(num_episodes, bool),
+            policy_memory(networks, num_episodes),
+        )
         return jax.lax.while_loop(running, step, init)[3]
 
     return evaluate

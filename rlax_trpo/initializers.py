@@ -7,7 +7,7 @@ becomes a batched QR that jaxlib splits into sub-tasks on XLA's intra-op thread 
 then waits for them *from a thread of that same pool*. With every pool thread waiting, the
 process hangs with no CPU load (native stacks: `lapack_sgeqrf_ffi` ->
 `jax::QrFactorization` -> `jax::ParallelBatchMap` -> `BlockingCounter::Wait`). See
-docs/cpu_qr_deadlock.md for the standalone reproducer.
+docs/upstream/cpu_qr_deadlock.md for the standalone reproducer.
 
 `orthogonal` below computes the same Q by classical Gram-Schmidt with one
 re-orthogonalisation pass ("twice is enough", Giraud et al. 2005): column j of the draw has

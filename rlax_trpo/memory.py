@@ -21,7 +21,7 @@ The cells compute flax's `GRUCell` and `LSTMCell` equations (the same gates, bia
 carry `(c, h)`), with each kernel's per-gate blocks side by side. Every block is drawn by
 this library's LAPACK-free orthogonal initialiser: flax's default recurrent initialiser is a
 LAPACK QR, which deadlocks jaxlib's CPU runtime under vmap (the same hang
-docs/cpu_lapack_deadlock.md describes for the dense layers).
+docs/upstream/cpu_lapack_deadlock.md describes for the dense layers).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ default backend):
 - **Linear algebra without LAPACK** (`lapack_free_linalg_on_cpu`): jaxlib 0.10's batched
   LAPACK kernels (Cholesky, triangular solve, LU, QR) split a large batch into tasks on
   XLA's intra-op pool and wait for them from a thread of that same pool; once every pool
-  thread waits, the process hangs at 0% CPU (docs/cpu_lapack_deadlock.md). That needs
+  thread waits, the process hangs at 0% CPU (docs/upstream/cpu_lapack_deadlock.md). That needs
   only two such calls running at once, which one device allows as well as several: flax's
   orthogonal initialisers of two layers, or the mass-matrix factorisations of MuJoCo
   physics (Brax, Playground) in an environment's step and in its reset. So on every CPU
@@ -34,7 +34,7 @@ default backend):
 
 The intra-op pool keeps all its threads. A batched LAPACK QR, as in flax's orthogonal
 initialiser, blocks a pool thread on tasks queued to the same pool
-(docs/cpu_qr_deadlock.md); `rlax_trpo.initializers.orthogonal`, which the networks use,
+(docs/upstream/cpu_qr_deadlock.md); `rlax_trpo.initializers.orthogonal`, which the networks use,
 makes the same matrices without a LAPACK call.
 """
 

@@ -2,8 +2,8 @@
 
 `rlax_trpo.platform.lapack_free_linalg_on_cpu` lowers jax's linear-algebra primitives as
 plain HLO so that no batched LAPACK kernel can wait on XLA's intra-op pool
-(docs/cpu_lapack_deadlock.md). XLA's own Cholesky and triangular-solve expanders are blocked
-algorithms written for large matrices: on the batch of small mass matrices that MuJoCo
+(docs/upstream/cpu_lapack_deadlock.md). XLA's own Cholesky and triangular-solve expanders are
+blocked algorithms written for large matrices: on the batch of small mass matrices that MuJoCo
 physics factorises in every step they cost several times LAPACK (3.8x the env-step time on
 HumanoidWalk's 27x27). For matrices of at most `MAX_UNROLLED` rows these functions unroll the
 textbook algorithms over the columns instead: n steps of batched vector products that XLA

@@ -21,7 +21,8 @@ import jax.numpy as jnp
 
 from rlax_trpo.algorithms import make_algorithm
 from rlax_trpo.algorithms.base import Algorithm
-from rlax_trpo.config import Config, HParams
+from rlax_trpo.config.configuration import Config
+from rlax_trpo.config.fields import HParams
 from rlax_trpo.envs import Env, make_env
 from rlax_trpo.envs.base import flatten_observations
 from rlax_trpo.errors import ConfigError

@@ -178,7 +178,7 @@ def jax_cg(
     Stops after `maxiter` iterations or at ||A x - b|| <= tol ||b||. The zero initial guess
     is `0 * b`, not cg's default `zeros_like(b)`: under `vmap` the default is an unbatched
     constant, and on jaxlib 0.10's CPU backend that batched solve returned residuals of
-    1e7-1e20 inside the TRPO training program (docs/cg_unbatched_x0.md).
+    1e7-1e20 inside the TRPO training program (docs/upstream/cg_unbatched_x0.md).
     """
     x0 = jax.tree.map(lambda leaf: 0.0 * leaf, b)
     x, _ = jax.scipy.sparse.linalg.cg(matvec, b, x0=x0, tol=tol, maxiter=maxiter)

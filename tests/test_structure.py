@@ -1,4 +1,5 @@
-"""The shape of the house: one direction of imports, small rooms, a thin CLI."""
+"""The shape of the house: floors you can see, imports that point down only (none in a
+circle, TYPE_CHECKING imports included), small rooms, a thin CLI."""
 
 from __future__ import annotations
 
@@ -14,19 +15,15 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path) -> set[str]:
-    """Every `rlax_trpo` module this file imports, at module level or inside functions
-    (imports under `if TYPE_CHECKING:` are for type checkers only and are skipped)."""
+def _imports(path: Path, module: str | None = None) -> set[str]:
+    """Every `rlax_trpo` module this file imports: at module level, inside functions and
+    under `if TYPE_CHECKING:` alike (a type checker's import is a dependency too).
+    `from package import module` depends on the module, not on the package's face."""
     tree = ast.parse(path.read_text())
-    skipped = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test):
-            skipped.update(id(n) for n in ast.walk(node))
     modules = set()
-    package = _module_name(path)
+    package = module or _module_name(path)
+    known = {_module_name(p) for p in PACKAGE.rglob("*.py")}
     for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
         if isinstance(node, ast.Import):
             modules.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -34,8 +31,10 @@ def _imports(path: Path) -> set[str]:
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
-            modules.add(base)
-            modules.update(f"{base}.{a.name}" for a in node.names)
+            named = {f"{base}.{a.name}" for a in node.names}
+            modules.update(named)
+            if not named <= known:  # some name is an attribute of `base`, not a module
+                modules.add(base)
     return {m for m in modules if m.startswith("rlax_trpo")}
 
 
@@ -77,9 +76,81 @@ def test_the_cycle_check_finds_a_cycle():
     assert _find_cycle({"a": {"b"}, "b": set()}) is None
 
 
+# The floors, ground first: a module may import its own floor and the floors below it, never
+# one above. A name is a top-level module or a folder of the package.
+FLOORS = [
+    # the maths and the records: pure functions, no file I/O
+    ("the ground", {"errors", "types", "advantages", "losses", "trust_region", "normalization",
+                "shuffle", "initializers", "layers", "memory", "small_linalg", "platform"}),
+    ("environments", {"envs"}),
+    ("configuration", {"config"}),
+    ("networks and rollouts", {"networks", "rollout"}),
+    ("algorithms", {"algorithms"}),
+    ("the training loop", {"training", "evaluate", "policy"}),
+    ("language models", {"lm"}),
+    ("reports", {"report"}),
+    ("a run on the host", {"experiment"}),
+    ("the command line", {"cli", "__init__"}),
+]  # fmt: skip (one row per floor reads as the plan)
+TOP_LEVEL_MODULES = 20  # at most, `__init__` included
+
+
+def _room(module: str) -> str:
+    """The floor-map name of a module: its top-level module or folder under rlax_trpo."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _floor(module: str) -> int:
+    room = _room(module)
+    found = [i for i, (_, rooms) in enumerate(FLOORS) if room in rooms]
+    assert found, f"{module}: its room {room!r} stands on no floor of FLOORS"
+    return found[0]
+
+
+def test_every_import_points_down_or_across():
+    graph = _graph()
+    up = sorted(
+        f"{a} -> {b} ({FLOORS[_floor(a)][0]} -> {FLOORS[_floor(b)][0]})"
+        for a, targets in graph.items()
+        for b in targets
+        if _floor(b) > _floor(a)
+    )
+    assert not up, "imports pointing up a floor:\n" + "\n".join(up)
+
+
+def test_only_the_run_report_and_command_floors_import_them():
+    allowed = {"experiment", "report", "cli", "__init__"}
+    graph = _graph()
+    found = sorted(
+        f"{a} -> {b}"
+        for a, targets in graph.items()
+        for b in targets
+        if _room(b) in ("experiment", "report") and _room(a) not in allowed
+    )
+    assert not found, found
+
+
+def test_the_top_level_is_small_and_every_room_has_a_floor():
+    top = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert len(top) <= TOP_LEVEL_MODULES, top
+    folders = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    for room in [*top, *folders]:
+        _floor(f"rlax_trpo.{room}")
+
+
+def test_the_floor_check_sees_an_upward_import(tmp_path):
+    # the check itself: a ground-floor module importing the run floor is reported
+    assert _floor("rlax_trpo.experiment.driver") > _floor("rlax_trpo.losses")
+    source = tmp_path / "x.py"
+    source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import rlax_trpo.cli\n")
+    assert "rlax_trpo.cli" in _imports(source, "rlax_trpo.losses")
+
+
 def test_algorithms_never_import_each_other():
     algorithms = PACKAGE / "algorithms"
-    methods = {p.stem for p in algorithms.glob("*.py")} - {"__init__", "base", "common", "sections"}
+    shared = {"__init__", "base", "common", "sections", "vine", "grouped"}
+    methods = {p.stem for p in algorithms.glob("*.py")} - shared
     for name in methods:
         imported = _imports(algorithms / f"{name}.py")
         others = {f"rlax_trpo.algorithms.{m}" for m in methods - {name}}
@@ -156,7 +227,7 @@ def test_no_long_functions():
 
 def test_the_run_driver_does_not_ask_what_kind_of_run_it_drives():
     # Whatever differs between a control run and a language-model run, the Program says.
-    tree = ast.parse((PACKAGE / "experiment.py").read_text())
+    tree = ast.parse((PACKAGE / "experiment" / "driver.py").read_text())
     asked = [
         f"{node.func.id} (line {node.lineno})"
         for node in ast.walk(tree)

@@ -16,7 +16,8 @@ from typing import Any, NamedTuple
 
 import jax
 
-from rlax_trpo.fields import HParams
+from rlax_trpo.config.fields import HParams
+from rlax_trpo.config.registry import AlgorithmSpec
 from rlax_trpo.rollout import Collect
 from rlax_trpo.types import Metrics, Params, Trajectory
 
@@ -50,49 +51,4 @@ class Algorithm(NamedTuple):
     extra_env_steps: int = 0
 
 
-class AlgorithmSpec(NamedTuple):
-    """An algorithm's registry entry: how to build it and the configuration it reads.
-
-    Attributes:
-      make: `make(config, networks) -> Algorithm` (or its `"module:attribute"` path); None
-        for a kind whose `program` builds everything itself (the language-model GRPO).
-      fields: the `Section` of static fields this algorithm reads beyond `base`'s.
-      hparams: the `HParams` subclass of the hyperparameters it reads (`hp:`).
-      base: the fields shared by every algorithm of its kind (`ControlFields`).
-      program: `program(config, progress) -> Program`, what a run compiles and drives (or
-        its `"module:attribute"` path).
-      memory: whether its update reads memory networks' batches (whole sequences, through
-        `rlax_trpo.algorithms.common.BatchLayout` and `rlax_trpo.networks.policy_on`); a
-        config asking for `memory` with an algorithm that does not is refused.
-    """
-
-    make: Any
-    fields: type
-    hparams: type
-    base: type
-    program: Any = "rlax_trpo.program:control_program"
-    memory: bool = False
-
-    @classmethod
-    def control(
-        cls,
-        make: Any,
-        fields: type | None = None,
-        hparams: type | None = None,
-        base: type | None = None,
-        program: Any = None,
-        memory: bool = False,
-    ) -> AlgorithmSpec:
-        """A control algorithm's entry; omitted parts default to no fields of its own, the
-        discount as its only hyperparameter, `ControlFields`, the control program and no
-        memory networks."""
-        from rlax_trpo.fields import ControlFields, ControlHParams, Section
-
-        return cls(
-            make,
-            fields or Section,
-            hparams or ControlHParams,
-            base or ControlFields,
-            program or "rlax_trpo.program:control_program",
-            memory,
-        )
+__all__ = ["Algorithm", "AlgorithmSpec"]

@@ -17,7 +17,8 @@ import optax
 
 from rlax_trpo import advantages as adv_lib
 from rlax_trpo import losses, shuffle
-from rlax_trpo.config import Config, HParams
+from rlax_trpo.config.configuration import Config
+from rlax_trpo.config.fields import HParams
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.memory import every_kth_environment, split_environments
 from rlax_trpo.networks import Networks, value_on, values_and_bootstrap

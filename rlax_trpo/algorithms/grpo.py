@@ -1,7 +1,7 @@
 """GRPO for control and bandits (Shao et al. 2024, DeepSeekMath), with grouped rollouts.
 
 No critic: the baseline of a trajectory is the mean reward of the G trajectories that started
-from exact copies of its start state (`rlax_trpo.grouped`). One iteration:
+from exact copies of its start state (`rlax_trpo.algorithms.grouped`). One iteration:
 
   1. collect N groups of G episodes over a horizon T (`num_envs = N*G`, `num_steps = T`);
   2. r_i = episodic return of each trajectory's first episode (or, with `per_step_returns`,
@@ -42,15 +42,16 @@ from rlax_trpo.algorithms.common import (
     minibatches,
     set_learning_rate,
 )
-from rlax_trpo.algorithms.sections import OptimizerFields, OptimizerHParams
-from rlax_trpo.config import Config, HParams, hp_field
-from rlax_trpo.errors import ConfigError
-from rlax_trpo.grouped import (
+from rlax_trpo.algorithms.grouped import (
     group_ids,
     grouped_log_prob,
     make_grouped_collect,
     warn_short_horizon,
 )
+from rlax_trpo.algorithms.sections import OptimizerFields, OptimizerHParams
+from rlax_trpo.config.configuration import Config
+from rlax_trpo.config.fields import HParams, hp_field
+from rlax_trpo.errors import ConfigError
 from rlax_trpo.networks import Networks, policy_on
 from rlax_trpo.types import Params, Trajectory
 

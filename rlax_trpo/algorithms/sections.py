@@ -13,7 +13,7 @@ from typing import Any, Literal
 import flax.struct
 from pydantic import Field, PositiveInt
 
-from rlax_trpo.fields import ControlHParams, Section, hp_field
+from rlax_trpo.config.fields import ControlHParams, Section, hp_field
 
 # ---------------------------------------------------------------- static fields
 

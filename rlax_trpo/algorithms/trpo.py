@@ -25,8 +25,9 @@ import jax
 import jax.numpy as jnp
 from pydantic import Field, model_validator
 
-from rlax_trpo import losses, vine
+from rlax_trpo import losses
 from rlax_trpo import trust_region as tr
+from rlax_trpo.algorithms import vine
 from rlax_trpo.algorithms.base import Algorithm, AlgorithmSpec
 from rlax_trpo.algorithms.common import (
     BatchLayout,
@@ -41,14 +42,15 @@ from rlax_trpo.algorithms.sections import (
     CriticFitterFields,
     CriticFitterHParams,
 )
-from rlax_trpo.config import Config, HParams, hp_field
+from rlax_trpo.config.configuration import Config
+from rlax_trpo.config.fields import HParams, hp_field
 from rlax_trpo.networks import Networks, policy_on
 from rlax_trpo.types import Batch, Metrics, Params
 
 
 class NPGFields(AdvantageFields, CriticFitterFields):
     """The natural step's static fields (NPG; TRPO adds the line search), and the estimator
-    of the surrogate: `single_path`, or `vine` (`rlax_trpo.vine`: `vine_states` states of
+    of the surrogate: `single_path`, or `vine` (`rlax_trpo.algorithms.vine`: `vine_states` states of
     the rollout, `vine_actions` branches each (0: every action of a discrete space), rolled
     out `vine_horizon` steps, bootstrapped by the critic unless `vine_bootstrap` is off)."""
 
@@ -133,7 +135,7 @@ def trust_region_step(
     region of `batch_kl` (theta -> mean KL(pi_old || pi_theta)), the Fisher matrix being the
     Hessian of `fisher_kl`: CG, the scaled step, then (TRPO) the backtracking line search or
     (NPG) the step as it is. Any estimator of L fits: the single path's importance-sampled
-    surrogate (`surrogate_fn`) or the vine's (`rlax_trpo.vine`)."""
+    surrogate (`surrogate_fn`) or the vine's (`rlax_trpo.algorithms.vine`)."""
     surrogate_old, grad = jax.value_and_grad(surrogate)(policy_params)
     nat = tr.natural_step(
         fisher_kl,
@@ -230,8 +232,9 @@ def _with_vine(
     layout: BatchLayout,
     line_search: bool,
 ) -> Algorithm:
-    """`algorithm` with the vine estimator (`rlax_trpo.vine`) in place of the single path's
-    importance-sampled surrogate: same natural step, line search and critic fit."""
+    """`algorithm` with the vine estimator (`rlax_trpo.algorithms.vine`) in place of the
+    single path's importance-sampled surrogate: same natural step, line search and critic
+    fit."""
     plan = vine.plan_branches(config, networks)
     collect = vine.make_vine_collect(
         config.vine_states, plan.num_actions, config.vine_horizon, plan.every_action

@@ -36,7 +36,8 @@ from rlax_trpo.algorithms.sections import (
     OptimizerFields,
     OptimizerHParams,
 )
-from rlax_trpo.config import Config, HParams, hp_field
+from rlax_trpo.config.configuration import Config
+from rlax_trpo.config.fields import HParams, hp_field
 from rlax_trpo.networks import Networks, policy_on
 from rlax_trpo.types import Batch, Params
 

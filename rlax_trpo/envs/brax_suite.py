@@ -85,10 +85,23 @@ def from_state_env(env: Any, name: str, episode_length: int) -> Env:
 
 
 # brax's registry of brax 0.14.2 (tests/test_envs.py compares it with the library).
-SNAPSHOT = ("0.14.2", (
-    "ant", "fast", "halfcheetah", "hopper", "humanoid", "humanoidstandup",
-    "inverted_double_pendulum", "inverted_pendulum", "pusher", "reacher", "swimmer", "walker2d",
-))  # fmt: skip
+SNAPSHOT = (
+    "0.14.2",
+    (
+        "ant",
+        "fast",
+        "halfcheetah",
+        "hopper",
+        "humanoid",
+        "humanoidstandup",
+        "inverted_double_pendulum",
+        "inverted_pendulum",
+        "pusher",
+        "reacher",
+        "swimmer",
+        "walker2d",
+    ),
+)
 
 
 def live_names() -> list[str]:

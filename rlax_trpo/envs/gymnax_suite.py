@@ -18,15 +18,37 @@ from rlax_trpo.envs.base import Env, EnvSpec, StepResult, snapshot_names
 from rlax_trpo.errors import ConfigError
 
 # `gymnax.registered_envs` of gymnax 1.0.1 (tests/test_envs.py compares it with the library).
-SNAPSHOT = ("1.0.1", (
-    "CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0",
-    "Asterix-MinAtar", "Breakout-MinAtar", "Freeway-MinAtar", "Seaquest-MinAtar",
-    "SpaceInvaders-MinAtar", "Catch-bsuite", "DeepSea-bsuite", "MemoryChain-bsuite",
-    "UmbrellaChain-bsuite", "DiscountingChain-bsuite", "MNISTBandit-bsuite",
-    "SimpleBandit-bsuite", "FourRooms-misc", "MetaMaze-misc", "PointRobot-misc",
-    "BernoulliBandit-misc", "GaussianBandit-misc", "Reacher-misc", "Swimmer-misc", "Pong-misc",
-    "FrozenLake-misc",
-))  # fmt: skip
+SNAPSHOT = (
+    "1.0.1",
+    (
+        "CartPole-v1",
+        "Pendulum-v1",
+        "Acrobot-v1",
+        "MountainCar-v0",
+        "MountainCarContinuous-v0",
+        "Asterix-MinAtar",
+        "Breakout-MinAtar",
+        "Freeway-MinAtar",
+        "Seaquest-MinAtar",
+        "SpaceInvaders-MinAtar",
+        "Catch-bsuite",
+        "DeepSea-bsuite",
+        "MemoryChain-bsuite",
+        "UmbrellaChain-bsuite",
+        "DiscountingChain-bsuite",
+        "MNISTBandit-bsuite",
+        "SimpleBandit-bsuite",
+        "FourRooms-misc",
+        "MetaMaze-misc",
+        "PointRobot-misc",
+        "BernoulliBandit-misc",
+        "GaussianBandit-misc",
+        "Reacher-misc",
+        "Swimmer-misc",
+        "Pong-misc",
+        "FrozenLake-misc",
+    ),
+)
 
 
 def live_names() -> list[str]:

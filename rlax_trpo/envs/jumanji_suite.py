@@ -35,14 +35,37 @@ class JumanjiState(NamedTuple):
 
 
 # `jumanji.registered_environments()` of jumanji 1.1.2 (tests/test_envs.py compares it).
-SNAPSHOT = ("1.1.2", (
-    "BinPack-v2", "CVRP-v1", "Cleaner-v0", "Connector-v3", "FlatPack-v0", "Game2048-v1",
-    "GraphColoring-v1", "JobShop-v0", "Knapsack-v1", "LevelBasedForaging-v0", "MMST-v0",
-    "Maze-v0", "Minesweeper-v0", "MultiCVRP-v0", "PacMan-v1", "RobotWarehouse-v0",
-    "RubiksCube-partly-scrambled-v0", "RubiksCube-v0", "SearchAndRescue-v0",
-    "SlidingTilePuzzle-v0", "Snake-v1", "Sokoban-v0", "Sudoku-v0", "Sudoku-very-easy-v0",
-    "TSP-v1", "Tetris-v0",
-))  # fmt: skip
+SNAPSHOT = (
+    "1.1.2",
+    (
+        "BinPack-v2",
+        "CVRP-v1",
+        "Cleaner-v0",
+        "Connector-v3",
+        "FlatPack-v0",
+        "Game2048-v1",
+        "GraphColoring-v1",
+        "JobShop-v0",
+        "Knapsack-v1",
+        "LevelBasedForaging-v0",
+        "MMST-v0",
+        "Maze-v0",
+        "Minesweeper-v0",
+        "MultiCVRP-v0",
+        "PacMan-v1",
+        "RobotWarehouse-v0",
+        "RubiksCube-partly-scrambled-v0",
+        "RubiksCube-v0",
+        "SearchAndRescue-v0",
+        "SlidingTilePuzzle-v0",
+        "Snake-v1",
+        "Sokoban-v0",
+        "Sudoku-v0",
+        "Sudoku-very-easy-v0",
+        "TSP-v1",
+        "Tetris-v0",
+    ),
+)
 
 
 def live_names() -> list[str]:

@@ -18,13 +18,36 @@ from rlax_trpo.envs.brax_suite import from_state_env
 from rlax_trpo.errors import ConfigError
 
 # MuJoCo Playground 0.2.0's DM Control Suite (tests/test_envs.py compares it).
-SNAPSHOT = ("0.2.0", (
-    "AcrobotSwingup", "AcrobotSwingupSparse", "BallInCup", "CartpoleBalance",
-    "CartpoleBalanceSparse", "CartpoleSwingup", "CartpoleSwingupSparse", "CheetahRun",
-    "FingerSpin", "FingerTurnEasy", "FingerTurnHard", "FishSwim", "HopperHop", "HopperStand",
-    "HumanoidRun", "HumanoidStand", "HumanoidWalk", "PendulumSwingup", "PointMass",
-    "ReacherEasy", "ReacherHard", "SwimmerSwimmer6", "WalkerRun", "WalkerStand", "WalkerWalk",
-))  # fmt: skip
+SNAPSHOT = (
+    "0.2.0",
+    (
+        "AcrobotSwingup",
+        "AcrobotSwingupSparse",
+        "BallInCup",
+        "CartpoleBalance",
+        "CartpoleBalanceSparse",
+        "CartpoleSwingup",
+        "CartpoleSwingupSparse",
+        "CheetahRun",
+        "FingerSpin",
+        "FingerTurnEasy",
+        "FingerTurnHard",
+        "FishSwim",
+        "HopperHop",
+        "HopperStand",
+        "HumanoidRun",
+        "HumanoidStand",
+        "HumanoidWalk",
+        "PendulumSwingup",
+        "PointMass",
+        "ReacherEasy",
+        "ReacherHard",
+        "SwimmerSwimmer6",
+        "WalkerRun",
+        "WalkerStand",
+        "WalkerWalk",
+    ),
+)
 
 
 def live_names() -> list[str]:

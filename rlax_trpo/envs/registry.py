@@ -53,7 +53,9 @@ EXTRAS = {"brax": "brax", "playground": "playground", "jumanji": "jumanji", "cra
 DEFAULT_SUITE = "gymnax"  # names without a prefix that are not registered environments
 
 
-def _load(ref: Any) -> Any:
+def resolve(ref: Any) -> Any:
+    """The object a `"module:attribute"` string names (imported now); anything else as is
+    (the registries of environments, suites and algorithms name their entries so)."""
     if isinstance(ref, str):
         module, _, attr = ref.partition(":")
         return getattr(importlib.import_module(module), attr)
@@ -85,7 +87,7 @@ def register_suite(
 def env_names_by_suite() -> dict[str, list[str]]:
     """Each suite's names without their prefix (suites with none left out), then the single
     registered environments under "" (no suite)."""
-    out = {prefix: _load(suite.names)() for prefix, suite in _SUITES.items()}
+    out = {prefix: resolve(suite.names)() for prefix, suite in _SUITES.items()}
     return {**{k: v for k, v in out.items() if v}, "": sorted(_ENVS)}
 
 
@@ -98,7 +100,7 @@ def valid_env_names() -> list[str]:
     ]
 
 
-def _resolve(name: str) -> tuple[str | None, str]:
+def _split_name(name: str) -> tuple[str | None, str]:
     """(suite prefix or None for a registered environment, the name within it)."""
     if name in _ENVS:
         return None, name
@@ -111,10 +113,10 @@ def _resolve(name: str) -> tuple[str | None, str]:
 def check_env_name(name: str) -> None:
     """Raise a ConfigError if `name` is unknown: its first line names the problem (with the
     closest valid name), then one indented paragraph per suite lists the valid names."""
-    prefix, rest = _resolve(name)
+    prefix, rest = _split_name(name)
     if prefix is None:
         return
-    known = _load(_SUITES[prefix].names)()
+    known = resolve(_SUITES[prefix].names)()
     if rest in known:
         return
     if not known and prefix in EXTRAS:
@@ -148,11 +150,11 @@ def make_env(name: str, env_kwargs: dict[str, Any] | None = None, flatten: bool 
       flatten: flatten observations to vectors (MLP); False keeps images (CNN).
     """
     check_env_name(name)
-    prefix, rest = _resolve(name)
+    prefix, rest = _split_name(name)
     kwargs = dict(env_kwargs or {})
     if prefix is not None:
-        return _load(_SUITES[prefix].make)(rest, kwargs, flatten)
-    made = _load(_ENVS[name])()
+        return resolve(_SUITES[prefix].make)(rest, kwargs, flatten)
+    made = resolve(_ENVS[name])()
     if isinstance(made, Env):
         if kwargs:
             raise ConfigError(f"env_kwargs: {name} is a ready Env and takes no env_kwargs")

@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from rlax_trpo.algorithms.base import AlgorithmSpec
-from rlax_trpo.fields import RunFields, Section
+from rlax_trpo.config.fields import RunFields, Section
 from rlax_trpo.lm.model import ModelConfig
 from rlax_trpo.lm.objectives import (
     IMPORTANCE_SAMPLING_LEVELS,

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlax_trpo.config import Config
+from rlax_trpo.config.configuration import Config
 from rlax_trpo.lm.grpo import make_grpo
 from rlax_trpo.lm.model import Transformer, init_params
 from rlax_trpo.lm.sft import warm_start

@@ -14,7 +14,7 @@ import flax.struct
 import jax
 import optax
 
-from rlax_trpo.fields import HParams, hp_field
+from rlax_trpo.config.fields import HParams, hp_field
 
 
 @flax.struct.dataclass

@@ -1,7 +1,7 @@
 """`rlax-trpo report`'s inputs: run folders (`summary.json`) and the results published by
 `benchmarks/standard_tables.py` (a JSON with `task`, `command`, `date` and the run's `summary`),
 read into one record per run (algorithm, task, per-seed scores, provenance), and the cells
-(algorithm, task) that `rlax_trpo.aggregate` computes its statistics over. Every bad input is
+(algorithm, task) that `rlax_trpo.report.aggregate` computes its statistics over. Every bad input is
 one `ReportError` line naming the file."""
 
 from __future__ import annotations
@@ -45,19 +45,21 @@ def runs_in(path: Path, score: str = "return") -> list[dict[str, Any]]:
         what = "neither a run's summary.json nor a result of benchmarks/standard_tables.py"
         raise ReportError(f"{path}: {what} (keys task, command, date, summary)")
     if (path / "summary.json").is_file():
-        return [_run_record(path / "summary.json", _read_json(path / "summary.json"), None,
-                            score)]  # fmt: skip
+        return [_run_record(path / "summary.json", _read_json(path / "summary.json"), None, score)]
     found = []
     for file in sorted(path.glob("*.json")):
         data = _read_json(file, strict=False)
         if _is_published(data):
             found.append(_run_record(file, data["summary"], data, score))
     for sub in sorted(p for p in path.iterdir() if (p / "summary.json").is_file()):
-        found.append(_run_record(sub / "summary.json", _read_json(sub / "summary.json"), None,
-                                 score))  # fmt: skip
+        found.append(
+            _run_record(sub / "summary.json", _read_json(sub / "summary.json"), None, score)
+        )
     if not found:
-        raise ReportError(f"{path}: no runs in it (no summary.json, no subfolder with one, no "
-                          "result published by benchmarks/standard_tables.py)")  # fmt: skip
+        raise ReportError(
+            f"{path}: no runs in it (no summary.json, no subfolder with one, no "
+            "result published by benchmarks/standard_tables.py)"
+        )
     return found
 
 
@@ -75,8 +77,11 @@ def _read_json(path: Path, strict: bool = True) -> Any:
 def _is_published(data: Any) -> bool:
     """Whether `data` is a result published by benchmarks/standard_tables.py."""
     keys = ("task", "command", "date", "summary")
-    return isinstance(data, dict) and all(k in data for k in keys) and isinstance(
-        data["summary"], dict)  # fmt: skip
+    return (
+        isinstance(data, dict)
+        and all(k in data for k in keys)
+        and isinstance(data["summary"], dict)
+    )
 
 
 def _per_seed(file: Path, summary: dict, score: str) -> Any:
@@ -98,8 +103,9 @@ def _per_seed(file: Path, summary: dict, score: str) -> Any:
     return raw
 
 
-def _run_record(file: Path, summary: Any, published: dict | None = None,
-                score: str = "return") -> dict[str, Any]:  # fmt: skip
+def _run_record(
+    file: Path, summary: Any, published: dict | None = None, score: str = "return"
+) -> dict[str, Any]:
     """A run's algorithm, task, finite per-seed scores and provenance, from its summary.
     `score`: "return", or the name of an episode figure the run logged (`score_percent`)."""
     published = published or {}
@@ -123,10 +129,15 @@ def _run_record(file: Path, summary: Any, published: dict | None = None,
     if not isinstance(algorithm, str):
         raise ReportError(f"{file}: its 'algorithm' is not a name")
     return {
-        "path": str(file), "algorithm": algorithm, "task": task, "scores": scores,
-        "dropped_seeds": len(raw) - len(scores), "total_env_steps": summary.get("total_env_steps"),
-        "command": published.get("command"), "date": published.get("date"),
-    }  # fmt: skip
+        "path": str(file),
+        "algorithm": algorithm,
+        "task": task,
+        "scores": scores,
+        "dropped_seeds": len(raw) - len(scores),
+        "total_env_steps": summary.get("total_env_steps"),
+        "command": published.get("command"),
+        "date": published.get("date"),
+    }
 
 
 def cells_of(runs: list[dict[str, Any]]) -> tuple[dict[tuple[str, str], list[float]], list[str]]:
@@ -139,13 +150,17 @@ def cells_of(runs: list[dict[str, Any]]) -> tuple[dict[tuple[str, str], list[flo
         cells.setdefault(key, []).extend(run["scores"])
         by_cell.setdefault(key, []).append(run)
         if run["dropped_seeds"]:
-            notes.append(f"{run['path']}: {run['dropped_seeds']} seed(s) finished no episode "
-                         "in the last 10% of iterations and are left out")  # fmt: skip
+            notes.append(
+                f"{run['path']}: {run['dropped_seeds']} seed(s) finished no episode "
+                "in the last 10% of iterations and are left out"
+            )
     for (algo, task), group in sorted(by_cell.items()):
         if len(group) > 1:
             counts = " + ".join(str(len(r["scores"])) for r in group)
-            notes.append(f"{algo} on {task}: the seeds of {len(group)} inputs are concatenated "
-                         f"({counts} = {len(cells[algo, task])})")  # fmt: skip
+            notes.append(
+                f"{algo} on {task}: the seeds of {len(group)} inputs are concatenated "
+                f"({counts} = {len(cells[algo, task])})"
+            )
             if len({r["total_env_steps"] for r in group}) > 1:
                 notes.append(f"{algo} on {task}: its inputs ran different budgets")
     return cells, notes

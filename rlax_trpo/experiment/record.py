@@ -1,9 +1,9 @@
 """The run record: a run folder's facts, and the one format of the two files that hold them,
 `checkpoint/plan.json` (written before the first step) and each step's `meta.json`.
 
-This module alone reads and writes those files (`rlax_trpo.checkpoint` re-exports its names
-and writes a step's through it). It imports no JAX, so the multi-process supervisor
-(`rlax_trpo.peers`) can ask what a folder holds.
+This module alone reads and writes those files (`rlax_trpo.experiment.checkpoint`
+re-exports its names and writes a step's through it). It imports no JAX, so the
+multi-process supervisor (`rlax_trpo.experiment.peers`) can ask what a folder holds.
 
     format_version 2    every key of `PLAN_KEYS` (plan.json) or `STEP_KEYS` (meta.json)
     no format_version   version 1, written before versions existed, read as it was then:
@@ -25,18 +25,25 @@ from typing import TYPE_CHECKING, Any
 from rlax_trpo.errors import ConfigError
 
 if TYPE_CHECKING:
+    from rlax_trpo.config.sweep import Sweep
     from rlax_trpo.experiment import RunPlan
-    from rlax_trpo.sweep import Sweep
 
 FORMAT_VERSION = 2  # what this release writes
 READ_VERSIONS = (1, 2)  # what it reads
 PLAN, META = "plan.json", "meta.json"
-PLAN_KEYS = ("config", "seeds", "seed", "sweep", "num_iterations", "chunk_iterations",
-             "population")  # fmt: skip
+PLAN_KEYS = ("config", "seeds", "seed", "sweep", "num_iterations", "chunk_iterations", "population")
 STEP_KEYS = (*PLAN_KEYS, "num_devices", "iterations_done", "wall_seconds", "compile_seconds")
-_NUMBERS = {"seeds": int, "seed": int, "num_iterations": int, "chunk_iterations": int,
-            "population": int, "num_devices": int, "iterations_done": int,
-            "wall_seconds": float, "compile_seconds": float}  # fmt: skip
+_NUMBERS = {
+    "seeds": int,
+    "seed": int,
+    "num_iterations": int,
+    "chunk_iterations": int,
+    "population": int,
+    "num_devices": int,
+    "iterations_done": int,
+    "wall_seconds": float,
+    "compile_seconds": float,
+}
 _MAY_BE_NONE = ("chunk_iterations", "population", "num_devices")
 
 
@@ -64,8 +71,16 @@ class RunRecord:
     @classmethod
     def of_plan(cls, plan: RunPlan, **step: Any) -> RunRecord:
         """The record of the run `plan` (`experiment.RunPlan`), with a step's facts if given."""
-        return cls(plan.config.to_dict(), plan.seeds, plan.seed, plan.sweep, plan.total,
-                   plan.chunk, plan.population, **step)  # fmt: skip
+        return cls(
+            plan.config.to_dict(),
+            plan.seeds,
+            plan.seed,
+            plan.sweep,
+            plan.total,
+            plan.chunk,
+            plan.population,
+            **step,
+        )
 
     def to_dict(self, keys: tuple[str, ...] = STEP_KEYS) -> dict[str, Any]:
         """`format_version` and `keys`, as plain JSON values: what the files hold."""
@@ -121,15 +136,22 @@ def atomic_write(path: Path, text: str) -> None:
 
 def _from_version_1(data: dict[str, Any]) -> dict[str, Any]:
     """A version 1 file's facts as it was read then (see the module's docstring)."""
-    defaults = {"config": None, "seed": 0, "sweep": {}, "chunk_iterations": None,
-                "population": None, "num_devices": None, "wall_seconds": 0.0,
-                "compile_seconds": 0.0}  # fmt: skip
+    defaults = {
+        "config": None,
+        "seed": 0,
+        "sweep": {},
+        "chunk_iterations": None,
+        "population": None,
+        "num_devices": None,
+        "wall_seconds": 0.0,
+        "compile_seconds": 0.0,
+    }
     return {**defaults, **data, "seeds": data.get("seeds", data.get("population", 1))}
 
 
 def _read(path: Path, keys: tuple[str, ...], what: str) -> RunRecord:
     """The record in `path` (`keys` needed), or a one-line `CheckpointError`."""
-    from rlax_trpo.sweep import Sweep  # (imports JAX: not at module level)
+    from rlax_trpo.config.sweep import Sweep  # (imports JAX: not at module level)
 
     where = f"{what} {str(path)!r}"
     try:
@@ -141,8 +163,10 @@ def _read(path: Path, keys: tuple[str, ...], what: str) -> RunRecord:
     version = data.pop("format_version", 1)
     if type(version) is not int or version not in READ_VERSIONS:
         reads = " and ".join(map(str, READ_VERSIONS))
-        raise CheckpointError(f"{where} has format version {version!r}; this release of "
-                              f"rlax_trpo reads versions {reads}")  # fmt: skip
+        raise CheckpointError(
+            f"{where} has format version {version!r}; this release of "
+            f"rlax_trpo reads versions {reads}"
+        )
     if version == 1:
         data = _from_version_1(data)
     if missing := [k for k in keys if k not in data]:

@@ -19,7 +19,8 @@ replaced atomically (`os.replace`) and steps older than the newest `keep` are re
 crash at any point leaves the previous checkpoints intact, and restore never writes. Restore
 takes the step LATEST names when it verifies, else the newest step that does (and says so):
 a step folder only exists under its final name once complete, so every verified one is whole.
-plan.json and meta.json, with their format version, are `rlax_trpo.run_record`'s (`RunRecord`).
+plan.json and meta.json, with their format version, are `rlax_trpo.experiment.record`'s
+(`RunRecord`).
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 import yaml
 
-from rlax_trpo.config import Config, config_from_dict
-from rlax_trpo.run_record import (  # noqa: F401  (the run record's names are this module's too)
+from rlax_trpo.config.configuration import Config, config_from_dict
+from rlax_trpo.experiment.record import (  # noqa: F401  (the run record's names are this module's too)
     FORMAT_VERSION,
     CheckpointError,
     RunRecord,
@@ -105,7 +106,7 @@ def save_step(
     write (disk full, permissions) removes its temporary folder and raises
     `CheckpointWriteError`.
     """
-    from rlax_trpo.parallel import barrier, run_token
+    from rlax_trpo.experiment.parallel import barrier, run_token
 
     primary = jax.process_index() == 0
     ckpt_dir = Path(ckpt_dir).absolute()

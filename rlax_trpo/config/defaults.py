@@ -11,7 +11,7 @@ from pathlib import Path
 from rlax_trpo.errors import ConfigError
 
 # The bundled configurations (`configs/` in a checkout links here), found by name.
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 
 
 def bundled_config_names() -> list[str]:
@@ -34,3 +34,18 @@ def find_config(name_or_path: str | Path) -> Path:
             f"config {str(name_or_path)!r} is neither a file nor a bundled config ({names})"
         )
     raise ConfigError(f"config file {str(path)!r} does not exist")
+
+
+def bundled_config_table() -> str:
+    """`rlax-trpo configs`: a line per bundled configuration (name, algorithm, environment
+    or task), in columns as wide as their longest entry."""
+    import yaml
+
+    rows = []
+    for name in bundled_config_names():
+        raw = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text()) or {}
+        rows.append(
+            (name, str(raw.get("algorithm", "ppo")), str(raw.get("env", raw.get("task", ""))))
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(2)]
+    return "".join(f"{a:{widths[0]}s}  {b:{widths[1]}s}  {c}\n" for a, b, c in rows)

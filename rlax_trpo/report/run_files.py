@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from rlax_trpo import stats
-from rlax_trpo.sweep import Sweep, setting_label
+from rlax_trpo.config.sweep import Sweep, setting_label
+from rlax_trpo.report import stats
 
 
 def write_metrics_csv(

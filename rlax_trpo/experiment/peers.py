@@ -31,8 +31,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from rlax_trpo import run_record
 from rlax_trpo.errors import ConfigError, is_peer_failure
+from rlax_trpo.experiment import record as run_record
 
 PEER_TIMEOUT = 60  # seconds
 CHILD_ENV = "RLAX_TRPO_USER_STDERR"  # set in the supervised child: the user's stderr fd
@@ -70,12 +70,13 @@ def check_args(args: Any) -> bool:
 def join(args: Any) -> None:
     """`jax.distributed.initialize` with the command line's values; a coordinator that
     cannot be reached or JAX's own checks: one-line ConfigError."""
-    from rlax_trpo.parallel import initialize_distributed
+    from rlax_trpo.experiment.parallel import initialize_distributed
 
     timeout = args.peer_timeout or PEER_TIMEOUT
     try:
-        initialize_distributed(args.coordinator_address, args.num_processes, args.process_id,
-                               peer_timeout=timeout)  # fmt: skip
+        initialize_distributed(
+            args.coordinator_address, args.num_processes, args.process_id, peer_timeout=timeout
+        )
     except (ValueError, RuntimeError) as err:  # JAX's own checks, and a coordinator not found
         first = next((x for x in str(err).splitlines() if x.strip()), type(err).__name__)
         raise ConfigError(f"--coordinator-address: cannot join the run: {first[:200]}") from None
@@ -119,12 +120,20 @@ def supervise(argv: list[str], prog: str, process_id: int | None, folder: Path |
     user = os.dup(2)
     package_root = str(Path(__file__).resolve().parents[1])
     path = os.environ.get("PYTHONPATH")
-    env = {**os.environ, CHILD_ENV: f"{user},{os.getpid()}",
-           "PYTHONPATH": package_root + (os.pathsep + path if path else "")}  # fmt: skip
+    env = {
+        **os.environ,
+        CHILD_ENV: f"{user},{os.getpid()}",
+        "PYTHONPATH": package_root + (os.pathsep + path if path else ""),
+    }
     code = "import sys; from rlax_trpo.cli import main; sys.exit(main(sys.argv[2:], sys.argv[1]))"
     with open(log, "wb") as native:
-        child = subprocess.Popen([sys.executable, "-c", code, prog, "train", *argv], env=env,
-                                 stderr=native, pass_fds=(user,), process_group=0)  # fmt: skip
+        child = subprocess.Popen(
+            [sys.executable, "-c", code, prog, "train", *argv],
+            env=env,
+            stderr=native,
+            pass_fds=(user,),
+            process_group=0,
+        )
     os.close(user)
 
     def forward(signum: int, frame: object) -> None:

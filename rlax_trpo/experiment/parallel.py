@@ -46,7 +46,7 @@ def initialize_distributed(
     talk through gloo (TCP), so a multi-process run also works on CPUs alone.
     `peer_timeout` (seconds) bounds the wait for every process to join and how long a
     process may go without a heartbeat before the runtime counts it dead
-    (`rlax_trpo.peers`)."""
+    (`rlax_trpo.experiment.peers`)."""
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(
         coordinator_address=coordinator_address,

@@ -6,17 +6,16 @@ checkpoints, signals and divergence. Stages of `rlax_trpo.experiment.run`.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
-from rlax_trpo import checkpoint, loggers, parallel, stats
+from rlax_trpo.experiment import checkpoint, loggers, parallel
+from rlax_trpo.experiment.plan import Setup
+from rlax_trpo.experiment.progress import ProgressBar, StopRequest
+from rlax_trpo.report import stats
 from rlax_trpo.types import Program
-
-if TYPE_CHECKING:
-    from rlax_trpo.experiment import Setup
-    from rlax_trpo.progress import ProgressBar, StopRequest
 
 
 class Start(NamedTuple):

@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from rlax_trpo import report
-from rlax_trpo.config import Config
+from rlax_trpo.config.configuration import Config
 from rlax_trpo.evaluate import make_evaluate
+from rlax_trpo.report import run_files as report
 from rlax_trpo.training import ProgressFn, make_trainer
 from rlax_trpo.types import Program
 

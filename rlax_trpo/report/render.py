@@ -1,4 +1,4 @@
-"""`rlax-trpo report`'s files from `rlax_trpo.aggregate.build_report`'s numbers: report.md,
+"""`rlax-trpo report`'s files from `rlax_trpo.report.aggregate.build_report`'s numbers: report.md,
 report.json and the figures (per_task.png; aggregate.png, performance_profile.png and
 probability_of_improvement.png where they apply, drawn by rliable's `plot_utils`).
 
@@ -13,15 +13,13 @@ import contextlib
 import json
 import math
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rlax_trpo.aggregate import METRICS, ReportError, RliableMissing, build_report
-from rlax_trpo.errors import RunFailed
+from rlax_trpo.report.aggregate import METRICS, ReportError
 
 FIGURES = {
     "per_task.png": "IQM of the final score per task, with 95% intervals",
@@ -94,8 +92,11 @@ def per_task_table(report: dict[str, Any], anchors: dict[str, dict[str, float]])
             if cell is None:
                 row += ["-", "-", 0]
                 continue
-            row += [_interval(cell["iqm"], cell["iqm_ci95"]),
-                    _interval(cell["mean"], cell["mean_ci95"]), cell["seeds"]]  # fmt: skip
+            row += [
+                _interval(cell["iqm"], cell["iqm_ci95"]),
+                _interval(cell["mean"], cell["mean_ci95"]),
+                cell["seeds"],
+            ]
             if cell["note"]:
                 said.append(f"{algo}: {cell['note']}")
         row += [num(a[task]) if task in a else "" for a in anchors.values()]
@@ -106,11 +107,17 @@ def per_task_table(report: dict[str, Any], anchors: dict[str, dict[str, float]])
 def _inputs_section(report: dict[str, Any]) -> list[str]:
     header = ["algorithm", "task", "seeds", "env steps per seed", "input", "command", "date"]
     rows = [
-        [r["algorithm"], r["task"], len(r["scores"]),
-         f"{r['total_env_steps']:,}" if isinstance(r["total_env_steps"], int) else "",
-         f"`{r['path']}`", f"`{r['command']}`" if r["command"] else "", r["date"] or ""]
+        [
+            r["algorithm"],
+            r["task"],
+            len(r["scores"]),
+            f"{r['total_env_steps']:,}" if isinstance(r["total_env_steps"], int) else "",
+            f"`{r['path']}`",
+            f"`{r['command']}`" if r["command"] else "",
+            r["date"] or "",
+        ]
         for r in report["inputs"]
-    ]  # fmt: skip
+    ]
     return ["## Inputs", "", *_table(header, rows), ""]
 
 
@@ -124,8 +131,10 @@ def _across_section(report: dict[str, Any], drawn: set[str]) -> list[str]:
         lines.append(f"- {task}: low {num(r['low'])}, high {num(r['high'])} ({r['from']})")
     seeds = ", ".join(f"{a} {k}" for a, k in across["seeds_per_task"].items())
     lines += ["", f"Seeds per task: {seeds}. Intervals: {report['settings']['interval']}.", ""]
-    rows = [[a, *(_interval(m[name]["value"], m[name]["ci95"]) for name in METRICS)]
-            for a, m in across["metrics"].items()]  # fmt: skip
+    rows = [
+        [a, *(_interval(m[name]["value"], m[name]["ci95"]) for name in METRICS)]
+        for a, m in across["metrics"].items()
+    ]
     lines += _table(["algorithm", *(f"{name} [95% CI]" for name in METRICS)], rows)
     for name in ("aggregate.png", "performance_profile.png"):
         if name in drawn:
@@ -138,8 +147,11 @@ def _improvement_section(report: dict[str, Any], drawn: set[str]) -> list[str]:
     pairs = report["probability_of_improvement"]
     if pairs is None:
         return [*lines, f"Skipped: {report['skipped']['probability_of_improvement']}.", ""]
-    lines += ["P(X > Y): the probability that a seed of X scores higher than a seed of Y on a "
-              "task (ties count half), averaged over the tasks that all ran.", ""]  # fmt: skip
+    lines += [
+        "P(X > Y): the probability that a seed of X scores higher than a seed of Y on a "
+        "task (ties count half), averaged over the tasks that all ran.",
+        "",
+    ]
     rows = [[p["x"], p["y"], _interval(p["probability"], p["ci95"])] for p in pairs]
     lines += _table(["X", "Y", "P(X > Y) [95% CI]"], rows)
     if "probability_of_improvement.png" in drawn:
@@ -153,18 +165,28 @@ def markdown(report: dict[str, Any], anchors: dict, title: str, drawn: set[str])
     settings = report["settings"]
     score = settings.get("score", "return")
     what = "return" if score == "return" else f"episode figure `{score}`"
-    lines = [f"# {title}", "",
-             f"{len(report['algorithms'])} algorithm(s) on {len(report['tasks'])} task(s). A "
-             f"seed's score is its final {what}: the mean over the training episodes that "
-             "finished in the last 10% of iterations. Statistics as rliable computes them "
-             "(Agarwal et al. 2021): "
-             f"point estimates with 95% percentile bootstrap intervals ({settings['reps']} "
-             f"resamples, seed {settings['seed']}).", "",
-             *_inputs_section(report), f"## Per task: final {what}", "",
-             per_task_table(report, anchors), ""]  # fmt: skip
+    lines = [
+        f"# {title}",
+        "",
+        f"{len(report['algorithms'])} algorithm(s) on {len(report['tasks'])} task(s). A "
+        f"seed's score is its final {what}: the mean over the training episodes that "
+        "finished in the last 10% of iterations. Statistics as rliable computes them "
+        "(Agarwal et al. 2021): "
+        f"point estimates with 95% percentile bootstrap intervals ({settings['reps']} "
+        f"resamples, seed {settings['seed']}).",
+        "",
+        *_inputs_section(report),
+        f"## Per task: final {what}",
+        "",
+        per_task_table(report, anchors),
+        "",
+    ]
     if anchors:
-        lines += ["Columns " + ", ".join(anchors) + ": published reference numbers "
-                  "(--anchors), blank where a label has none for the task.", ""]  # fmt: skip
+        lines += [
+            "Columns " + ", ".join(anchors) + ": published reference numbers "
+            "(--anchors), blank where a label has none for the task.",
+            "",
+        ]
     if "per_task.png" in drawn:
         lines += [_link("per_task.png"), ""]
     lines += _across_section(report, drawn) + _improvement_section(report, drawn)
@@ -202,8 +224,9 @@ def _per_task_figure(report: dict[str, Any], path: Path) -> None:
             cell = report["per_task"][task].get(algo)
             if cell:
                 (low, high), iqm = cell["iqm_ci95"], cell["iqm"]
-                ax.errorbar(i, iqm, yerr=[[iqm - low], [high - iqm]], fmt="o", capsize=5,
-                            color=f"C{i}")  # fmt: skip
+                ax.errorbar(
+                    i, iqm, yerr=[[iqm - low], [high - iqm]], fmt="o", capsize=5, color=f"C{i}"
+                )
         ax.set_xticks(range(len(algorithms)), algorithms)
         ax.set_xlim(-0.6, len(algorithms) - 0.4)
         ax.set_title(task, fontsize=9)
@@ -224,9 +247,14 @@ def _aggregate_figure(report: dict[str, Any], path: Path) -> None:
     interval = {a: np.array([m[name]["ci95"] for name in METRICS]).T for a, m in metrics.items()}
     with _agg_pyplot() as plt:
         fig, _ = plot_utils.plot_interval_estimates(
-            point, interval, metric_names=list(METRICS), xlabel="min-max normalised score",
-            subfigure_width=3.4, row_height=0.6, xlabel_y_coordinate=-0.5 / (0.6 * len(metrics)),
-        )  # fmt: skip
+            point,
+            interval,
+            metric_names=list(METRICS),
+            xlabel="min-max normalised score",
+            subfigure_width=3.4,
+            row_height=0.6,
+            xlabel_y_coordinate=-0.5 / (0.6 * len(metrics)),
+        )
         try:
             fig.savefig(path, bbox_inches="tight", format="png")
         finally:
@@ -242,11 +270,17 @@ def _profile_figure(report: dict[str, Any], path: Path) -> None:
     fig = Figure(figsize=(7, 4.5), dpi=100)
     ax = fig.subplots()
     plot_utils.plot_performance_profiles(
-        {a: np.array(p["fraction"]) for a, p in profile.items()}, tau,
-        performance_profile_cis={a: np.array(p["ci95"]) for a, p in profile.items()}, ax=ax,
-        xlabel=r"min-max normalised score ($\tau$)", ylabel=r"fraction of runs with score > $\tau$",
-        legend=True, labelsize="medium", ticklabelsize="medium", legendsize="medium",
-    )  # fmt: skip
+        {a: np.array(p["fraction"]) for a, p in profile.items()},
+        tau,
+        performance_profile_cis={a: np.array(p["ci95"]) for a, p in profile.items()},
+        ax=ax,
+        xlabel=r"min-max normalised score ($\tau$)",
+        ylabel=r"fraction of runs with score > $\tau$",
+        legend=True,
+        labelsize="medium",
+        ticklabelsize="medium",
+        legendsize="medium",
+    )
     fig.savefig(path, bbox_inches="tight", format="png")
 
 
@@ -259,8 +293,11 @@ def _improvement_figure(report: dict[str, Any], path: Path) -> None:
     plot_utils.plot_probability_of_improvement(
         {f"{p['x']}\t{p['y']}": p["probability"] for p in pairs},
         {f"{p['x']}\t{p['y']}": np.array(p["ci95"]) for p in pairs},
-        pair_separator="\t", ax=fig.subplots(), ticklabelsize="medium", labelsize="medium",
-    )  # fmt: skip
+        pair_separator="\t",
+        ax=fig.subplots(),
+        ticklabelsize="medium",
+        labelsize="medium",
+    )
     fig.savefig(path, bbox_inches="tight", format="png")
 
 
@@ -279,8 +316,9 @@ def _draw(report: dict[str, Any], out: Path, drawn: dict[str, Path]) -> None:
         function(report, drawn[name])
 
 
-def write_report(report: dict[str, Any], out: Path, anchors: dict | None = None,
-                 title: str | None = None) -> None:  # fmt: skip
+def write_report(
+    report: dict[str, Any], out: Path, anchors: dict | None = None, title: str | None = None
+) -> None:
     """report.md, report.json and the figures into `out` (created if missing); a figure of
     an earlier report there that does not apply now is removed."""
     anchors = anchors or {}
@@ -305,26 +343,3 @@ def write_report(report: dict[str, Any], out: Path, anchors: dict | None = None,
         (out / name).unlink(missing_ok=True)
     for name, path in temporary.items():  # report.md last
         os.replace(path, out / name)
-
-
-def report_command(args: Any, prog: str = "rlax-trpo report") -> int:
-    """`rlax-trpo report` from its parsed options: every input checked (`ReportError`, one
-    line), the statistics, the files; prints the per-task table and where the report is.
-    Without rliable: one line on stderr and status 2."""
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ReportError(f"--out: {out} is a file, not a folder")
-    try:
-        anchors = read_anchors(args.anchors) if args.anchors else {}
-        report = build_report(args.paths, args.ranges, args.reps, args.seed,
-                              getattr(args, "score", "return"))
-    except RliableMissing as err:
-        print(f"{prog}: {err}", file=sys.stderr)
-        return 2
-    try:
-        write_report(report, out, anchors, args.title)
-    except OSError as err:
-        raise RunFailed(f"--out {out}: {err.strerror or err}; no report written") from None
-    print(per_task_table(report, anchors))
-    print(f"report: {out / 'report.md'}")
-    return 0

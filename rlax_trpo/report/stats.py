@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:  # annotations only: this module stays free of JAX
-    from rlax_trpo.sweep import Sweep
+    from rlax_trpo.config.sweep import Sweep
 
 
 def to_numpy(metrics: Mapping[str, Any]) -> dict[str, np.ndarray]:

@@ -1,6 +1,6 @@
 """While a run goes: a tqdm progress bar fed from inside the compiled run, and the signal
 handler that stops a chunked run between chunks (the loggers that write event files and
-W&B runs between chunks are in `rlax_trpo.loggers`).
+W&B runs between chunks are in `rlax_trpo.experiment.loggers`).
 """
 
 from __future__ import annotations
@@ -151,8 +151,11 @@ class StopRequest:
                 if self.single_call
                 else "after the current chunk and its checkpoint"
             )
-            print(f"\n{name} received: stopping {when} (send it again to stop now)",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"\n{name} received: stopping {when} (send it again to stop now)",
+                file=sys.stderr,
+                flush=True,
+            )
             return
         if self.hard:
             try:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,20 +29,17 @@ import jax.numpy as jnp
 import yaml
 from pydantic import BaseModel, Field, create_model
 
-from rlax_trpo.errors import ConfigError
-from rlax_trpo.fields import (  # noqa: F401  (the public names of a configuration's parts)
+from rlax_trpo.config.fields import (
     DEFAULT_ALGORITHM,
-    ControlFields,
-    ControlHParams,
     HParams,
-    RunFields,
-    Section,
-    hp_field,
     hparams_model,
     validate_model,
 )
+from rlax_trpo.config.plugins import load_entry_points, load_plugins
+from rlax_trpo.config.registry import algorithm_names, get_spec
+from rlax_trpo.config.yamlio import merge_overrides, parse_overrides, read_yaml
+from rlax_trpo.errors import ConfigError
 from rlax_trpo.memory import memory_cells
-from rlax_trpo.yamlio import merge_overrides, parse_overrides, read_yaml
 
 
 class Config:
@@ -61,11 +59,13 @@ class Config:
 
     @classmethod
     def create(cls, **fields: Any) -> Config:
-        return cls(*validate_config(fields))
+        """A validated configuration: the default run's fields with `fields` in their place
+        (dotted `hp.x` keys not allowed: give `hp={...}`), as `config_from_dict` checks one."""
+        return config_from_dict(fields)
 
     @property
     def spec(self) -> Any:
-        """The algorithm's registry entry (`rlax_trpo.algorithms.AlgorithmSpec`)."""
+        """The algorithm's registry entry (`rlax_trpo.config.registry.AlgorithmSpec`)."""
         return self._spec
 
     @property
@@ -121,9 +121,6 @@ def validate_config(raw: Any) -> tuple[BaseModel, Any]:
     """Validate a raw configuration mapping: import its plugins (`imports:`), look up its
     algorithm, refuse keys the algorithm does not read, check every value. Returns the
     validated model and the algorithm's spec; raises a one-line ConfigError."""
-    from rlax_trpo.algorithms import get_spec
-    from rlax_trpo.plugins import load_entry_points, load_plugins
-
     if not isinstance(raw, dict):
         raise ConfigError(f"config: expected a mapping of keys, got {type(raw).__name__}")
     imports = raw.get("imports", ())
@@ -164,8 +161,9 @@ def _check_keys(raw: dict, name: str, model_cls: type[BaseModel], hp_names: list
         if key not in hp_names:
             hint = f"{key} is a static field: set it at the top level" if key in fields else None
             readers = _readers(key, True)
-            raise ConfigError(_not_read(f"hp.{key}", name, [f"hp.{n}" for n in hp_names],
-                                        readers, hint))  # fmt: skip
+            raise ConfigError(
+                _not_read(f"hp.{key}", name, [f"hp.{n}" for n in hp_names], readers, hint)
+            )
 
 
 def _not_read(key: str, name: str, allowed: list[str], readers: list[str], hint: str | None):
@@ -181,8 +179,6 @@ def _not_read(key: str, name: str, allowed: list[str], readers: list[str], hint:
 
 def _readers(key: Any, hp: bool) -> list[str]:
     """The registered algorithms that read `key` (an `hp:` key when `hp`)."""
-    from rlax_trpo.algorithms import algorithm_names, get_spec
-
     readers = []
     for name in algorithm_names():
         try:
@@ -197,14 +193,67 @@ def _readers(key: Any, hp: bool) -> list[str]:
 
 def config_from_dict(raw: dict[str, Any]) -> Config:
     """A validated `Config` of any kind (control or `algorithm: grpo_lm`), with its host
-    checks (environment names); a one-line ConfigError otherwise."""
+    checks (environment names); a one-line ConfigError otherwise. Every configuration is
+    made here: `Config.create`, `Config.replace`, `load_config` and the command line."""
     config = Config(*validate_config(raw))
     config.host_checks()
     return config
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Config from a YAML file or bundled name (or the defaults: the default run) and
-    `key=value` overrides, checked."""
-    raw = read_yaml(path) if path is not None else {}
-    return config_from_dict(merge_overrides(raw, parse_overrides(overrides or [])))
+def raw_config(
+    path: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    imports: Sequence[str] = (),
+    base: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A configuration's raw mapping: `base`, else the YAML file or bundled name `path`, else
+    nothing (the default run); then the `key=value` overrides, and `imports` added to the
+    modules it imports itself."""
+    raw = dict(base) if base is not None else read_yaml(path) if path is not None else {}
+    raw = merge_overrides(raw, parse_overrides(list(overrides)))
+    if imports:
+        raw["imports"] = list(dict.fromkeys([*raw.get("imports", []), *imports]))
+    return raw
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: Sequence[str] | None = None,
+    imports: Sequence[str] = (),
+    base: dict[str, Any] | None = None,
+) -> Config:
+    """Config from a YAML file or bundled name (or the defaults: the default run), or from
+    `base`, with `key=value` overrides and plugin `imports`, checked (`raw_config`)."""
+    return config_from_dict(raw_config(path, overrides or (), imports, base))
+
+
+def describe_sources(name: str, overrides: Sequence[str], imports: Sequence[str]) -> str:
+    """A configuration resolved as YAML (`rlax-trpo configs --show NAME`): every field
+    commented with where its value came from, the file, an override or the default."""
+    from_file = {} if name == "default" else read_yaml(name)
+    given = parse_overrides(list(overrides))
+    config = load_config(None, overrides, imports, base=from_file)
+
+    def source(dotted: str) -> str:
+        if dotted in given or (dotted == "imports" and imports):
+            return "override"
+        node: Any = from_file
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return "default"
+            node = node[part]
+        return "file"
+
+    flow = lambda key, value: yaml.safe_dump({key: value}, default_flow_style=True).strip()[1:-1]
+    lines = [
+        f"# {name}: algorithm {config.algorithm}; each value's source: file, override or default"
+    ]
+    for key, value in config.to_dict().items():
+        if isinstance(value, dict) and value and key in ("hp", "model"):
+            lines.append(f"{key}:")
+            lines += [
+                f"  {flow(sub, v):40s} # {source(f'{key}.{sub}')}" for sub, v in value.items()
+            ]
+        else:
+            lines.append(f"{flow(key, value):42s} # {source(key)}")
+    return "\n".join(lines) + "\n"

@@ -1,6 +1,6 @@
 """Resuming a run folder: what `--resume DIR` continues with, read (never written) from its
 checkpoint, or from the plan a run saves before its first checkpoint so that it can start
-over (`rlax_trpo.checkpoint.save_plan`).
+over (`rlax_trpo.experiment.checkpoint.save_plan`).
 """
 
 from __future__ import annotations
@@ -8,7 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
-from rlax_trpo.checkpoint import (
+from rlax_trpo.config.configuration import Config
+from rlax_trpo.config.sweep import Sweep
+from rlax_trpo.errors import ConfigError
+from rlax_trpo.experiment.checkpoint import (
     CheckpointError,
     find_step,
     has_plan,
@@ -17,9 +20,6 @@ from rlax_trpo.checkpoint import (
     read_plan,
     read_step,
 )
-from rlax_trpo.config import Config
-from rlax_trpo.errors import ConfigError
-from rlax_trpo.sweep import Sweep
 
 
 class ResumePlan(NamedTuple):
@@ -76,6 +76,11 @@ def plan_resume(run_dir: Path, config, seeds, seed, sweep) -> ResumePlan:
         raise ConfigError(f"--resume: the run in {str(run_dir)!r} is already complete")
     start_over = record.iterations_done == 0
     return ResumePlan(
-        saved_config, record.seeds, record.seed, record.sweep, record.chunk_iterations,
-        start_over, note,
-    )  # fmt: skip
+        saved_config,
+        record.seeds,
+        record.seed,
+        record.sweep,
+        record.chunk_iterations,
+        start_over,
+        note,
+    )

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from rlax_trpo.defaults import find_config
+from rlax_trpo.config.defaults import find_config
 from rlax_trpo.errors import ConfigError
 
 

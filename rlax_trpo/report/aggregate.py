@@ -1,8 +1,8 @@
 """`rlax-trpo report`'s numbers: statistics over finished runs as rliable (Agarwal et al.
-2021) defines them; `rlax_trpo.aggregate_plots` writes them out (markdown, JSON, figures).
+2021) defines them; `rlax_trpo.report.render` writes them out (markdown, JSON, figures).
 
 A cell is (algorithm, task); its scores are the runs' `final_return_per_seed`, or an episode
-figure's (`score`). Inputs (`rlax_trpo.report_inputs`) are run folders, results published by
+figure's (`score`). Inputs (`rlax_trpo.report.inputs`) are run folders, results published by
 `benchmarks/standard_tables.py` and folders of either. Per cell: IQM and
 mean with 95% percentile-bootstrap intervals over seeds. Across tasks: min-max normalised
 scores' IQM, mean, median and optimality gap with stratified-bootstrap intervals, performance
@@ -21,14 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from rlax_trpo.report_inputs import ReportError, cells_of, load_runs
+from rlax_trpo.report.inputs import ReportError, cells_of, load_runs
 
 RLIABLE_MISSING = 'needs rliable: pip install "rlax_trpo[report]"'
 CONFIDENCE = 0.95
 METRICS = ("IQM", "mean", "median", "optimality gap")
 INTERVAL = "percentile bootstrap over seeds, stratified by task (rliable get_interval_estimates)"
-MIN_SEEDS_FOR_INTERVAL = 4  # rlax_trpo.stats.few_seeds_note says why, below it
-
+MIN_SEEDS_FOR_INTERVAL = 4  # rlax_trpo.report.stats.few_seeds_note says why, below it
 
 
 class RliableMissing(ReportError):
@@ -45,8 +44,6 @@ def load_rliable() -> tuple[Any, Any]:
         why = " ".join(f"{type(err).__name__}: {err}".split())
         raise RliableMissing(f"{RLIABLE_MISSING} (importing it failed: {why})") from err
     return library, metrics
-
-
 
 
 def parse_ranges(specs: Sequence[str]) -> dict[str, tuple[float, float]]:
@@ -90,7 +87,7 @@ def estimates(score_dict: dict, func, reps: int, seed: int) -> tuple[dict, dict]
 
 def per_task(cells: dict[tuple[str, str], list[float]], reps: int, seed: int) -> dict:
     """task -> algorithm -> seeds, scores, IQM and mean with 95% intervals over seeds, and
-    `rlax_trpo.stats.few_seeds_note` (None from 4 seeds on)."""
+    `rlax_trpo.report.stats.few_seeds_note` (None from 4 seeds on)."""
     _, metrics = load_rliable()
     func = lambda s: np.array([metrics.aggregate_iqm(s), metrics.aggregate_mean(s)])
     out: dict[str, dict[str, Any]] = {}
@@ -99,18 +96,23 @@ def per_task(cells: dict[tuple[str, str], list[float]], reps: int, seed: int) ->
         point, interval = estimates({algo: x}, func, reps, seed)
         (iqm, mean), ci = point[algo], interval[algo]
         out.setdefault(task, {})[algo] = {
-            "seeds": len(scores), "scores": list(scores),
-            "iqm": float(iqm), "iqm_ci95": [float(ci[0, 0]), float(ci[1, 0])],
-            "mean": float(mean), "mean_ci95": [float(ci[0, 1]), float(ci[1, 1])],
+            "seeds": len(scores),
+            "scores": list(scores),
+            "iqm": float(iqm),
+            "iqm_ci95": [float(ci[0, 0]), float(ci[1, 0])],
+            "mean": float(mean),
+            "mean_ci95": [float(ci[0, 1]), float(ci[1, 1])],
             "note": _few_seeds_note(len(scores)),
-        }  # fmt: skip
+        }
     return out
 
 
 def _few_seeds_note(n: int) -> str | None:
     if n >= MIN_SEEDS_FOR_INTERVAL:
         return None
-    from rlax_trpo.stats import few_seeds_note  # (it imports JAX, through rlax_trpo.sweep)
+    from rlax_trpo.report.stats import (
+        few_seeds_note,  # (it imports JAX, through rlax_trpo.config.sweep)
+    )
 
     return few_seeds_note(n)
 
@@ -123,8 +125,10 @@ def score_matrices(cells: dict, algorithms: list[str], tasks: list[str]) -> tupl
         counts = [len(cells[algo, t]) for t in tasks]
         k = min(counts)
         if len(set(counts)) > 1:
-            notes.append(f"{algo}: {', '.join(map(str, counts))} seeds on {', '.join(tasks)}; "
-                         f"the statistics across tasks use the first {k} of each")  # fmt: skip
+            notes.append(
+                f"{algo}: {', '.join(map(str, counts))} seeds on {', '.join(tasks)}; "
+                f"the statistics across tasks use the first {k} of each"
+            )
         matrices[algo] = np.array([cells[algo, t][:k] for t in tasks], np.float64).T
     return matrices, notes
 
@@ -148,8 +152,12 @@ def across_tasks(matrices: dict, tasks: list[str], ranges: dict, reps: int, seed
     lo = np.array([ranges[t][0] for t in tasks])
     width = np.array([ranges[t][1] - ranges[t][0] for t in tasks])
     normalised = {a: (m - lo) / width for a, m in matrices.items()}
-    parts = (metrics.aggregate_iqm, metrics.aggregate_mean, metrics.aggregate_median,
-             metrics.aggregate_optimality_gap)  # in the order of METRICS  # fmt: skip
+    parts = (
+        metrics.aggregate_iqm,
+        metrics.aggregate_mean,
+        metrics.aggregate_median,
+        metrics.aggregate_optimality_gap,
+    )  # in the order of METRICS
     func = lambda s: np.array([part(s) for part in parts])
     point, interval = estimates(normalised, func, reps, seed)
     taus = np.linspace(0.0, 1.0, 101)
@@ -165,14 +173,14 @@ def across_tasks(matrices: dict, tasks: list[str], ranges: dict, reps: int, seed
                 for i, name in enumerate(METRICS)
             }
             for a in normalised
-        },  # fmt: skip
+        },
         "performance_profile": {
             "tau": taus.tolist(),
             **{
                 a: {"fraction": profiles[a].tolist(), "ci95": profile_cis[a].tolist()}
                 for a in profiles
             },
-        },  # fmt: skip
+        },
     }
 
 
@@ -183,14 +191,23 @@ def improvement(matrices: dict, reps: int, seed: int) -> list[dict[str, Any]]:
     pairs = {(x, y): (matrices[x], matrices[y]) for x in matrices for y in matrices if x != y}
     point, interval = estimates(pairs, metrics.probability_of_improvement, reps, seed)
     return [
-        {"x": x, "y": y, "probability": float(point[x, y]),
-         "ci95": [float(v) for v in np.ravel(interval[x, y])]}
+        {
+            "x": x,
+            "y": y,
+            "probability": float(point[x, y]),
+            "ci95": [float(v) for v in np.ravel(interval[x, y])],
+        }
         for x, y in pairs
-    ]  # fmt: skip
+    ]
 
 
-def build_report(paths: Sequence[Path], range_specs: Sequence[str] = (), reps: int = 2000,
-                 seed: int = 0, score: str = "return") -> dict[str, Any]:  # fmt: skip
+def build_report(
+    paths: Sequence[Path],
+    range_specs: Sequence[str] = (),
+    reps: int = 2000,
+    seed: int = 0,
+    score: str = "return",
+) -> dict[str, Any]:
     """The report's numbers (report.json): its inputs, per-task statistics and, where they
     apply, the statistics across tasks and between algorithms, with notes on what was done.
     Every input is checked (`ReportError`) before rliable is imported (`RliableMissing`)."""
@@ -207,17 +224,28 @@ def build_report(paths: Sequence[Path], range_specs: Sequence[str] = (), reps: i
         raise ReportError(f"--range: no task {unknown[0]!r} here (tasks: {', '.join(tasks)})")
     load_rliable()
     common = [t for t in tasks if all((a, t) in cells for a in algorithms)]
-    notes += [f"{t}: not run by every algorithm, so left out across tasks and algorithms"
-              for t in tasks if t not in common]  # fmt: skip
+    notes += [
+        f"{t}: not run by every algorithm, so left out across tasks and algorithms"
+        for t in tasks
+        if t not in common
+    ]
     matrices, more = score_matrices(cells, algorithms, common)
     ranges = score_ranges(cells, common, given)
     flat = [t for t in common if ranges[t][0] == ranges[t][1]]
-    notes += more + [f"{t}: every score is {ranges[t][0]:g}, no range to normalise by (give "
-                     "--range); left out across tasks" for t in flat]  # fmt: skip
+    notes += more + [
+        f"{t}: every score is {ranges[t][0]:g}, no range to normalise by (give "
+        "--range); left out across tasks"
+        for t in flat
+    ]
     used = [t for t in common if t not in flat]
     report: dict[str, Any] = {
-        "settings": {"reps": reps, "seed": seed, "confidence": CONFIDENCE, "interval": INTERVAL,
-                     "score": score},
+        "settings": {
+            "reps": reps,
+            "seed": seed,
+            "confidence": CONFIDENCE,
+            "interval": INTERVAL,
+            "score": score,
+        },
         "algorithms": algorithms,
         "tasks": tasks,
         "inputs": runs,
@@ -227,6 +255,15 @@ def build_report(paths: Sequence[Path], range_specs: Sequence[str] = (), reps: i
         "skipped": {},
         "notes": notes,
     }
+    return _between_tasks_and_algorithms(report, matrices, common, used, ranges)
+
+
+def _between_tasks_and_algorithms(
+    report: dict[str, Any], matrices: dict, common: list[str], used: list[str], ranges: dict
+) -> dict[str, Any]:
+    """`report` with the statistics across tasks (2 or more tasks with a range) and between
+    algorithms (2 or more algorithms on a common task), or why each was skipped."""
+    reps, seed = report["settings"]["reps"], report["settings"]["seed"]
     if len(used) >= 2:
         columns = [common.index(t) for t in used]
         chosen = {a: m[:, columns] for a, m in matrices.items()}
@@ -236,9 +273,10 @@ def build_report(paths: Sequence[Path], range_specs: Sequence[str] = (), reps: i
             f"{len(used)} task(s) that every algorithm ran (with a range to normalise by); "
             "the aggregate metrics and the performance profile need 2 or more"
         )
-    if len(algorithms) >= 2 and common:
+    if len(report["algorithms"]) >= 2 and common:
         report["probability_of_improvement"] = improvement(matrices, reps, seed)
     else:
-        why = "one algorithm" if len(algorithms) < 2 else "no task that every algorithm ran"
+        one = len(report["algorithms"]) < 2
+        why = "one algorithm" if one else "no task that every algorithm ran"
         report["skipped"]["probability_of_improvement"] = f"{why}; it compares two on a task"
     return report

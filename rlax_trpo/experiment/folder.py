@@ -1,6 +1,7 @@
-"""The run folder: where a run writes (`Folder`), who may write it (`RunLock`), its opening
+"""The run folder's stages: making it (`make_folder`, under its `RunLock`), its opening
 (config.yaml, the plan, live loggers) and the final phase (evaluation, summary, metrics.csv
-and plots). Stages of `rlax_trpo.experiment.run`; the files themselves are `rlax_trpo.report`'s.
+and plots). Stages of `rlax_trpo.experiment.run`; the files themselves are written by
+`rlax_trpo.report.run_files`, the checkpoint by `rlax_trpo.experiment.checkpoint`.
 
 A run writes its folder in place (also when `--out` is an empty mount point) and never
 deletes one that holds a checkpoint. summary.json, written last, marks a finished run;
@@ -14,86 +15,19 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
-import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import yaml
 
-from rlax_trpo import checkpoint, loggers, parallel, report, stats
 from rlax_trpo.errors import ConfigError
+from rlax_trpo.experiment import checkpoint, loggers, parallel
+from rlax_trpo.experiment.chunks import Compiled, Trained
+from rlax_trpo.experiment.lock import LOCK, RunLock
+from rlax_trpo.experiment.plan import Folder, RunPlan, Setup
+from rlax_trpo.report import run_files, stats
 from rlax_trpo.types import Program
-
-if TYPE_CHECKING:
-    from rlax_trpo.chunks import Compiled, Trained
-    from rlax_trpo.experiment import RunPlan, Setup
-
-LOCK = ".lock"
-
-
-class RunLock:
-    """`DIR/.lock`, held with `fcntl.flock` by the one process that writes the run folder; its
-    text names the holder (pid and host). The kernel releases the lock when the holder dies,
-    so a crashed run never blocks the next one; a live one makes any second writer fail."""
-
-    def __init__(self, path: Path, fd: int | None) -> None:
-        self.path, self.fd = path, fd
-
-    @staticmethod
-    def holder(folder: Path) -> str | None:
-        """Who holds `folder`'s lock (e.g. `pid 123 on host-a`), or None; writes nothing."""
-        import fcntl
-
-        try:
-            fd = os.open(folder / LOCK, os.O_RDONLY)
-        except OSError:
-            return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return (folder / LOCK).read_text(errors="replace").strip() or "another process"
-        finally:
-            os.close(fd)
-        return None
-
-    @classmethod
-    def acquire(cls, folder: Path) -> RunLock:
-        """The lock of `folder` (which exists), or ConfigError naming its holder."""
-        import fcntl
-
-        path = folder / LOCK
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if os.fstat(fd).st_ino != os.stat(path).st_ino:  # released and removed meanwhile
-                raise BlockingIOError
-        except (BlockingIOError, FileNotFoundError):
-            os.close(fd)
-            who = RunLock.holder(folder) or "another process"
-            raise ConfigError(
-                f"--out: {str(folder)!r} is being written by another run ({who}); wait for it "
-                "to end or choose another folder"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
-        return cls(path, fd)
-
-    def release(self) -> None:
-        if self.fd is not None:  # once
-            self.path.unlink(missing_ok=True)
-            os.close(self.fd)
-            self.fd = None
-
-
-class Folder(NamedTuple):
-    """The run folder, written in place. `owner`: this process writes it (process 0 speaks
-    for all); `created`: this run created it (else it was an empty folder, or a resumed run's)."""
-
-    out: Path
-    owner: bool
-    created: bool = False
-    lock: RunLock | None = None
 
 
 class Evaluated(NamedTuple):
@@ -225,7 +159,7 @@ def finish_folder(
     folder = setup.folder
     if not folder.owner:
         return
-    report.write_run_files(
+    run_files.write_run_files(
         folder.out,
         metrics,
         summary,

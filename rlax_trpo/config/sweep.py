@@ -6,7 +6,7 @@ language-model runs alike). Every grid point ("setting") runs with the same seed
 whole grid is one population axis of size `settings x seeds`, laid out setting-major: member
 `m` is setting `m // seeds`, seed `m % seeds`. The population is what `jax.vmap` (and the
 device mesh) runs over; nothing here is traced. Statistics over seeds live in
-`rlax_trpo.stats`.
+`rlax_trpo.report.stats`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from rlax_trpo.config import Config
+from rlax_trpo.config.configuration import Config
 from rlax_trpo.errors import ConfigError
 
 

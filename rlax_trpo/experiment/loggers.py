@@ -165,8 +165,9 @@ class WandbWriter:
             run.finish()
 
 
-def setting_configs(config: Mapping[str, Any], settings: Sequence[Mapping[str, Any]],
-                    seeds: int, seed: int) -> list[dict[str, Any]]:  # fmt: skip
+def setting_configs(
+    config: Mapping[str, Any], settings: Sequence[Mapping[str, Any]], seeds: int, seed: int
+) -> list[dict[str, Any]]:
     """The resolved configuration of every sweep setting (`hp.NAME` values applied)."""
     out = []
     for values in settings:
@@ -189,7 +190,7 @@ def open_writers(
 ) -> list[Any]:
     """The writers a run asks for: TensorBoard under `work/tensorboard`, W&B runs in the
     group `group` (the run folder's name, also the default run name)."""
-    from rlax_trpo.sweep import setting_label
+    from rlax_trpo.config.sweep import setting_label
 
     labels = [setting_label(s) for s in settings]
     writers: list[Any] = []

@@ -1,0 +1,191 @@
+"""A finished (or checkpointed) run read back: its population restored from the run
+folder (`SavedRun`), one member as a `Policy` (`load_policy`), every member evaluated
+(`rlax-trpo eval`).
+
+Host-side; this module is a call site (it applies `jax.jit`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from rlax_trpo.config import sweep as sweeplib
+from rlax_trpo.errors import ConfigError, UsageError
+from rlax_trpo.evaluate import render_gif
+from rlax_trpo.experiment import checkpoint
+from rlax_trpo.experiment.program import make_program
+from rlax_trpo.policy import Policy, member_policy
+from rlax_trpo.training import make_trainer
+
+
+class SavedRun:
+    """A run folder's latest checkpoint, restored once: its config, record (the run's facts,
+    `checkpoint.RunRecord`), sweep settings and the population state (host arrays).
+    `policy(member)` is one trained member."""
+
+    def __init__(self, run_dir: str | Path):
+        run_dir = Path(run_dir)
+        if not (run_dir / "checkpoint").is_dir():
+            raise ConfigError(f"--run: {str(run_dir)!r} is not a run folder")
+        ckpt = run_dir / "checkpoint"
+        self.run_dir = run_dir
+        self.config = checkpoint.load_config(ckpt)
+        record = checkpoint.read_record(ckpt)  # (version 1 without seeds: its population)
+        self.sweep = record.sweep
+        self.settings = self.sweep.settings or [{}]
+        self.seeds, self.seed = record.seeds, record.seed
+        self.program = make_program(self.config)
+        hps = sweeplib.population_hparams(self.program.hparams, self.sweep, self.seeds)
+        key_data = sweeplib.population_key_data(0, self.seeds, len(self.settings))
+        abstract = jax.eval_shape(
+            lambda kd, hp: jax.vmap(self.program.init)(jax.random.wrap_key_data(kd), hp),
+            key_data,
+            hps,
+        )
+        self.state, _, self.record = checkpoint.restore_step(ckpt, abstract)
+        # A control algorithm has a training loop to act with; a language-model run does not.
+        self.trainer = make_trainer(self.config) if self.config.spec.make is not None else None
+        self._compiled: dict[tuple, Any] = {}  # shared by this run's policies
+
+    @property
+    def population(self) -> int:
+        return len(self.settings) * self.seeds
+
+    def member_keys(self, seed: int) -> np.ndarray:
+        """Raw evaluation key data `[population, ...]` drawn from `seed` as a run does."""
+        return sweeplib.population_key_data(seed, self.seeds, len(self.settings))
+
+    def policy(self, member: int = 0) -> Policy:
+        if not 0 <= member < self.population:
+            raise ConfigError(f"member: must be between 0 and {self.population - 1} (got {member})")
+        if self.trainer is None:
+            raise ConfigError("load_policy: language-model runs have no control policy")
+        return member_policy(
+            self.config,
+            self.trainer.env,
+            self.trainer.networks,
+            jax.tree.map(lambda x: x[member], self.state),
+            member=member,
+            setting=self.settings[member // self.seeds],
+            eval_key=self.member_keys(self.seed + 1)[member],
+            cache=self._compiled,
+        )
+
+
+def load_policy(run_dir: str | Path, member: int = 0) -> Policy:
+    """Member `member` (setting `member // seeds`, seed `member % seeds`) of the run folder
+    `run_dir`, restored from its latest checkpoint:
+
+        policy = rlax_trpo.load_policy("runs/ppo8", member=0)
+        obs, state = policy.env.reset(jax.random.key(0))
+        action = jax.jit(policy.act)(obs)            # greedy by default
+        result = policy.env.step(jax.random.key(1), state, action)   # a `StepResult`
+        policy.evaluate()                            # the run's own greedy evaluation
+
+    README.md ("A trained policy in Python") plays a whole episode this way. A run with
+    memory gives a `MemoryPolicy`, whose `act(obs, state)` also takes and returns the
+    policy's state (`initial_state()` at an episode's start).
+    """
+    return SavedRun(run_dir).policy(member)
+
+
+class RunEvaluation(NamedTuple):
+    """Returns `[population, episodes]` of a saved run, greedy and (for control runs)
+    sampling; for a language-model run, the greedy held-out accuracy `[population, 1]`."""
+
+    run: SavedRun
+    greedy: np.ndarray
+    sampling: np.ndarray | None
+
+    @property
+    def settings(self) -> list:
+        return self.run.settings
+
+    @property
+    def seeds(self) -> int:
+        return self.run.seeds
+
+
+def evaluate_run(
+    run_dir: str | Path, episodes: int = 10, seed: int = 1234, max_steps: int | None = None
+) -> RunEvaluation:
+    """Evaluate every member of a run folder: `episodes` greedy and sampling episodes each
+    through its `Policy` (control runs), or the greedy held-out accuracy (language-model
+    runs, in one compiled call)."""
+    run = SavedRun(run_dir)
+    keys = run.member_keys(seed)
+    if run.trainer is None:
+        fn = jax.jit(jax.vmap(run.program.evaluate))
+        greedy = fn(run.state, jax.random.wrap_key_data(keys))
+        return RunEvaluation(run, np.asarray(greedy), None)
+    greedy, sampling = [], []
+    for member in range(run.population):
+        policy, key = run.policy(member), jax.random.wrap_key_data(keys[member])
+        greedy.append(policy.evaluate(episodes, key, True, max_steps))
+        sampling.append(policy.evaluate(episodes, key, False, max_steps))
+    return RunEvaluation(run, np.stack(greedy), np.stack(sampling))
+
+
+def render_member(
+    ev: RunEvaluation, member: int, path: str | Path, seed: int, max_steps: int | None = None
+) -> int:
+    """Record one greedy episode of population member `member` and render it to `path`."""
+    if ev.run.trainer is None:
+        raise ConfigError("--gif: only runs in an environment can be rendered")
+    policy = ev.run.policy(member)
+    episode = policy.episode(jax.random.key(seed), max_steps)
+    return render_gif(policy.env, episode, path)
+
+
+def format_evaluation(ev: RunEvaluation, run_dir: str | Path) -> str:
+    """The lines `train.py eval` prints: greedy (and sampling) results per setting."""
+    config, record = ev.run.config, ev.run.record
+    head = f"{config.algorithm} on {ev.run.program.name}: {run_dir}"
+    head += f" (iteration {record.iterations_done}"
+    head += f" of {record.num_iterations}), "
+    if ev.sampling is None:
+        acc = ev.greedy[:, 0]
+        per_seed = ", ".join(f"{a:.3f}" for a in acc)
+        return head + f"held-out accuracy\n  greedy: {acc.mean():.3f} (per seed {per_seed})"
+    lines = [head + f"{ev.greedy.shape[-1]} episodes per seed, mean +- std over seeds"]
+    for i, values in enumerate(ev.settings):
+        rows = slice(i * ev.seeds, (i + 1) * ev.seeds)
+        g, s = ev.greedy[rows].mean(axis=1), ev.sampling[rows].mean(axis=1)
+        prefix = f"  [{sweeplib.setting_label(values)}] " if values else "  "
+        lines.append(
+            f"{prefix}greedy: {g.mean():.2f} +- {g.std():.2f}   "
+            f"sampling: {s.mean():.2f} +- {s.std():.2f}"
+        )
+    return "\n".join(lines)
+
+
+def best_member(ev: RunEvaluation) -> int:
+    """Seed 0 of the setting with the highest mean greedy return."""
+    per_setting = ev.greedy.mean(axis=1).reshape(len(ev.settings), ev.seeds).mean(axis=1)
+    return int(np.argmax(per_setting)) * ev.seeds
+
+
+def eval_command(args: argparse.Namespace) -> int:
+    """`rlax-trpo eval` from its parsed options: every member evaluated (greedy and
+    sampling), the lines printed, and with `--gif` one greedy episode rendered."""
+    for flag, value in (("--episodes", args.episodes), ("--max-steps", args.max_steps)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag}: must be a positive integer (got {value})")
+    gif = args.run / "episode.gif" if args.gif == Path("episode.gif") else args.gif
+    if gif is not None and gif.suffix.lower() != ".gif":
+        raise UsageError(f"--gif: {str(gif)!r} must end in .gif")
+    ev = evaluate_run(args.run, args.episodes, args.seed, args.max_steps)
+    population = len(ev.settings) * ev.seeds
+    if args.member is not None and not 0 <= args.member < population:
+        raise UsageError(f"--member: must be between 0 and {population - 1} (got {args.member})")
+    print(format_evaluation(ev, args.run))
+    if gif is not None:
+        member = best_member(ev) if args.member is None else args.member
+        frames = render_member(ev, member, gif, args.seed, args.max_steps)
+        print(f"GIF of member {member} (greedy, {frames} steps): {gif}")
+    return 0

@@ -1,0 +1,12 @@
+"""Reports: a run's own files (metrics.csv, summary.json, plots and the lines printed at its
+end), statistics over seeds, and `rlax-trpo report` over many runs.
+
+    run_files  metrics.csv, summary.json's figures, learning curves, the printed outcome
+    stats      statistics over seeds: final returns, IQM, bootstrap intervals, divergence
+    inputs     what `rlax-trpo report` reads: run folders and published JSON
+    aggregate  its numbers, as rliable computes them
+    render     its files: report.md, report.json and the figures
+    command    its options and the command
+
+Host-side: nothing here imports JAX (the run driver above hands it host arrays).
+"""
