@@ -5,8 +5,8 @@ MuJoCo physics (Brax, Playground MJX) factorises every environment's mass matrix
 Cholesky and triangular solves. `rlax_trpo.platform.setup_cpu` lowers those on CPU as plain
 HLO (unrolled up to 32 rows, XLA's expanders above; `rlax_trpo.small_linalg`), because
 jaxlib 0.10's batched LAPACK kernels can deadlock XLA's thread pool on any device count
-(docs/cpu_lapack_deadlock.md). This runs the same `train.py` command as a fresh process with
-the library's lowering (`RLAX_TRPO_LAPACK=hlo`) and with `RLAX_TRPO_LAPACK=keep`,
+(docs/upstream/cpu_lapack_deadlock.md). This runs the same `train.py` command as a fresh
+process with the library's lowering (`RLAX_TRPO_LAPACK=hlo`) and with `RLAX_TRPO_LAPACK=keep`,
 alternating, `--repeats` times each, on one device (where these runs finished with both
 lowerings), and reads `env_steps_per_second` (compile excluded) from
 summary.json. The reference is the LAPACK run in the same invocation.

@@ -92,7 +92,7 @@ def _throughput(name: str, out: Path, args: list[str]) -> list[str]:
 
 def _bundled(pattern: re.Pattern) -> list[str]:
     sys.path.insert(0, str(ROOT))
-    from rlax_trpo.defaults import bundled_config_names
+    from rlax_trpo.config.defaults import bundled_config_names
 
     return [n for n in bundled_config_names() if pattern.search(n)]
 

@@ -4,9 +4,10 @@ linear-algebra calls that can run at the same time.
 
 jaxlib 0.10's batched LAPACK kernels wait on XLA's intra-op thread pool from a thread of
 that pool; two such calls running at once can each wait for work queued behind the other,
-on one device as on several (docs/cpu_lapack_deadlock.md). Each process here sets up the CPU
-as `rlax-trpo train` does (`rlax_trpo.platform.setup_cpu(1)`: one device) and runs, under a
-timeout, one jitted program vmapped over 2 to 8 seeds (the count cycles over the processes):
+on one device as on several (docs/upstream/cpu_lapack_deadlock.md). Each process here sets
+up the CPU as `rlax-trpo train` does (`rlax_trpo.platform.setup_cpu(1)`: one device) and
+runs, under a timeout, one jitted program vmapped over 2 to 8 seeds (the count cycles over
+the processes):
 
 - a recurrent actor-critic initialised with flax's own `nn.initializers.orthogonal` (a
   batched QR per layer, independent of each other: the pattern that hangs PureJaxRL's

@@ -32,7 +32,7 @@ from throughput import timed
 
 from rlax_trpo.config import load_config
 from rlax_trpo.errors import ConfigError
-from rlax_trpo.program import make_program
+from rlax_trpo.experiment.program import make_program
 
 CONFIG = "ppo_memory_cartpole_purejaxrl"
 

@@ -37,7 +37,7 @@ from throughput import timed
 from rlax_trpo.config import load_config
 from rlax_trpo.envs import make_env
 from rlax_trpo.errors import ConfigError
-from rlax_trpo.program import make_program
+from rlax_trpo.experiment.program import make_program
 from rlax_trpo.rollout import batched_step, reset_envs
 
 DEFAULT_OVERRIDES = ["num_envs=256", "num_steps=32", "hidden_sizes=[64,64]"]

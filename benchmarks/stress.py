@@ -49,7 +49,8 @@ PROGRAMS = {
         "num_prompts=8",
     ],  # fmt: skip
     # MuJoCo physics: a batched Cholesky of each env's 27x27 mass matrix in every step
-    # (docs/cpu_lapack_deadlock.md); not in the default set, it compiles for about a minute.
+    # (docs/upstream/cpu_lapack_deadlock.md); not in the default set, it compiles for about a
+    # minute.
     "humanoid": [
         "--config",
         "configs/ppo_playground_cheetah_run.yaml",

@@ -33,11 +33,11 @@ import jax.numpy as jnp
 import numpy as np
 from _publish import publish
 
-from rlax_trpo import stats
+from rlax_trpo.report import stats
 from rlax_trpo.config import load_config
 from rlax_trpo.envs import make_env
 from rlax_trpo.errors import ConfigError
-from rlax_trpo.program import make_program
+from rlax_trpo.experiment.program import make_program
 from rlax_trpo.rollout import reset_envs
 
 # PureJaxRL's CartPole configuration at three widths (total steps grow with the width so

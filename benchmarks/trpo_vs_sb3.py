@@ -36,7 +36,7 @@ import numpy as np
 
 from rlax_trpo import load_config, make_trainer, run
 from rlax_trpo.evaluate import make_evaluate
-from rlax_trpo.stats import final_returns, to_numpy
+from rlax_trpo.report.stats import final_returns, to_numpy
 
 ROOT = Path(__file__).resolve().parents[1]
 EVAL_EPISODES = 10

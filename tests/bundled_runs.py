@@ -4,7 +4,7 @@
     python tests/bundled_runs.py run OUTDIR [--only NAME ...] [--jobs 1] [--timeout S]
     python tests/bundled_runs.py compare DIR_A DIR_B [--rename OLD=NEW ...] [--ignore COLUMN ...]
 
-`run` trains each bundled config (`rlax_trpo.defaults.bundled_config_names()`, else
+`run` trains each bundled config (`rlax_trpo.config.defaults.bundled_config_names()`, else
 `configs/*.yaml`) and the embedded default (no `--config`, named `_default`) in a fresh
 subprocess of this checkout:
 
@@ -57,7 +57,7 @@ class UsageError(Exception):
 
 def config_names() -> list[str]:
     try:
-        from rlax_trpo.defaults import bundled_config_names
+        from rlax_trpo.config.defaults import bundled_config_names
     except ImportError:  # the package moved it: fall back to the checkout's folder
         return sorted(p.stem for p in (REPO / "configs").glob("*.yaml"))
     return bundled_config_names()
@@ -69,12 +69,12 @@ def read_raw(name: str) -> dict:
 
     if name == DEFAULT_NAME:
         try:
-            from rlax_trpo.defaults import DEFAULT_CONFIG
+            from rlax_trpo.config.defaults import DEFAULT_CONFIG
         except ImportError:  # documented as the same run as the bundled ppo_cartpole
             return read_raw("ppo_cartpole")
         return dict(DEFAULT_CONFIG)
     try:
-        from rlax_trpo.defaults import CONFIG_DIR
+        from rlax_trpo.config.defaults import CONFIG_DIR
     except ImportError:
         CONFIG_DIR = REPO / "configs"
     path = Path(CONFIG_DIR) / f"{name}.yaml"

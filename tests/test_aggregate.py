@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 from scipy.stats import trim_mean
 
-from rlax_trpo import aggregate, cli
-from rlax_trpo.stats import few_seeds_note
+from rlax_trpo import cli
+
+from rlax_trpo.report import aggregate
+from rlax_trpo.report.stats import few_seeds_note
 
 
 def _rliable_problem() -> str | None:
@@ -363,7 +365,7 @@ def test_without_rliable_one_line_and_status_2(tmp_path, capsys, monkeypatch):
 
 @needs_rliable
 def test_a_failure_while_drawing_leaves_no_file(tmp_path, capsys, monkeypatch):
-    from rlax_trpo import aggregate_plots
+    from rlax_trpo.report import render as aggregate_plots
 
     results, _, _ = _tiny_inputs(tmp_path)
     out = tmp_path / "out"
@@ -387,7 +389,7 @@ def test_a_failure_while_drawing_leaves_no_file(tmp_path, capsys, monkeypatch):
 
 def test_the_report_modules_import_neither_jax_nor_rliable_nor_matplotlib():
     code = (
-        "import sys, rlax_trpo.aggregate, rlax_trpo.aggregate_plots, rlax_trpo.cli\n"
+        "import sys, rlax_trpo.report.aggregate, rlax_trpo.report.render, rlax_trpo.cli\n"
         "print(sorted(m for m in ('jax', 'rliable', 'matplotlib') if m in sys.modules))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -1,4 +1,4 @@
-"""The run record (`rlax_trpo.run_record`, also `rlax_trpo.checkpoint`'s): a run's facts in
+"""The run record (`rlax_trpo.experiment.record`, also `rlax_trpo.experiment.checkpoint`'s): a run's facts in
 plan.json and each step's meta.json, their format version, and folders of version 1 (written
 before versions existed) still resumed.
 
@@ -27,10 +27,12 @@ import numpy as np
 import pytest
 
 import train
-from rlax_trpo import checkpoint, load_policy, run_record
-from rlax_trpo.checkpoint import CheckpointError, RunRecord
-from rlax_trpo.policy import SavedRun
-from rlax_trpo.sweep import Sweep
+from rlax_trpo import load_policy
+from rlax_trpo.experiment import checkpoint
+from rlax_trpo.experiment import record as run_record
+from rlax_trpo.experiment.checkpoint import CheckpointError, RunRecord
+from rlax_trpo.experiment.saved import SavedRun
+from rlax_trpo.config.sweep import Sweep
 
 V1 = Path(__file__).parent / "data" / "format_v1"
 STOPPED, DIED = "stopped_after_iteration_1", "died_before_first_checkpoint"

@@ -15,7 +15,9 @@ import pytest
 from probe_envs import register_probes
 
 import train
-from rlax_trpo import checkpoint, cli, experiment, make_trainer
+from rlax_trpo import cli, make_trainer
+from rlax_trpo.experiment import driver
+from rlax_trpo.experiment import checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 register_probes()
@@ -186,7 +188,7 @@ def test_top_level_help_lists_the_commands(capsys):
     assert "--chunk-iterations" in capsys.readouterr().out
 
 
-class _SignalledAtOnce(experiment.StopRequest):
+class _SignalledAtOnce(driver.StopRequest):
     """As if SIGTERM had arrived before the first chunk finished."""
 
     def __enter__(self):
@@ -196,12 +198,12 @@ class _SignalledAtOnce(experiment.StopRequest):
 
 def test_the_resume_hint_names_the_command_that_was_run(tmp_path, capsys, monkeypatch):
     out = tmp_path / "run"
-    monkeypatch.setattr(experiment, "StopRequest", _SignalledAtOnce)
+    monkeypatch.setattr(driver, "StopRequest", _SignalledAtOnce)
     argv = [*TINY, "total_env_steps=256", "--chunk-iterations", "2", "--out", str(out)]
     assert cli.main(argv) == 128 + signal.SIGTERM  # as the installed `rlax-trpo`
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"resume with: rlax-trpo train --resume {out}\n" in err, err
     # The same run folder, stopped under a checkout's script, names the script.
-    interrupted = experiment.RunResult(out, "interrupted", None, {"x": np.zeros((1, 2))}, None, 2)
+    interrupted = driver.RunResult(out, "interrupted", None, {"x": np.zeros((1, 2))}, None, 2)
     assert cli._report(interrupted, "train.py") == 130
     assert f"resume with: python train.py --resume {out}\n" in capsys.readouterr().err

@@ -131,9 +131,9 @@ HLO_SCRIPT = textwrap.dedent("""
     import jax
     import numpy as np
 
-    from rlax_trpo import parallel
+    from rlax_trpo.experiment import parallel
     from rlax_trpo.config import config_from_dict
-    from rlax_trpo.program import make_program
+    from rlax_trpo.experiment.program import make_program
 
     def compiled_text(raw, devices):
         program = make_program(config_from_dict(raw))

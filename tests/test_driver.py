@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from rlax_trpo import Config, experiment
+from rlax_trpo import Config
+from rlax_trpo.experiment import driver
 from rlax_trpo.config import config_from_dict
 from rlax_trpo.errors import ConfigError
-from rlax_trpo.program import make_program
-from rlax_trpo.run_folder import make_folder
-from rlax_trpo.sweep import Sweep
+from rlax_trpo.experiment.program import make_program
+from rlax_trpo.experiment.folder import make_folder
+from rlax_trpo.config.sweep import Sweep
 
 LM = {
     "algorithm": "grpo_lm",
@@ -27,10 +28,10 @@ LM = {
 }
 
 
-def _plan(config, **given) -> experiment.RunPlan:
-    fields = dict.fromkeys(experiment.RunPlan._fields)
+def _plan(config, **given) -> driver.RunPlan:
+    fields = dict.fromkeys(driver.RunPlan._fields)
     fields.update(config=config, shard="population", progress=False, tensorboard=False)
-    return experiment.plan_run(experiment.RunPlan(**{**fields, **given}))
+    return driver.plan_run(driver.RunPlan(**{**fields, **given}))
 
 
 @pytest.mark.parametrize(
@@ -54,5 +55,5 @@ def test_a_swept_name_the_program_lacks_is_refused_before_any_write(tmp_path):
     assert "clip_eps" in Config.create().to_dict()["hp"]  # a control hyperparameter ...
     sweep = Sweep(("hp.clip_eps",), ((0.1, 0.2),))  # ... that grpo_lm does not have
     with pytest.raises(ConfigError, match="^--sweep hp.clip_eps: not a hyperparameter of grpo"):
-        experiment.run(config, sweep=sweep, out=out, progress=False)
+        driver.run(config, sweep=sweep, out=out, progress=False)
     assert not out.exists()

@@ -183,7 +183,7 @@ def test_ppo_learns_snake_from_its_bundled_config():
     """327,680 steps of `ppo_jumanji_snake`: a random policy eats 0.1 fruit per episode,
     this run about 1.1; a broken observation or episode end stays near 0.1."""
     from rlax_trpo import load_config
-    from rlax_trpo.stats import final_returns, to_numpy
+    from rlax_trpo.report.stats import final_returns, to_numpy
 
     config = load_config("ppo_jumanji_snake", ["total_env_steps=327680"])
     train = conftest.jit_default_codegen(make_trainer(config).train)

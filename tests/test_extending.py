@@ -31,7 +31,8 @@ from gymnax.environments import environment, spaces
 
 import rlax_trpo
 import rlax_trpo.config as config_lib
-from rlax_trpo import Algorithm, Config, ConfigError, checkpoint
+from rlax_trpo import Algorithm, Config, ConfigError
+from rlax_trpo.experiment import checkpoint
 from rlax_trpo.advantages import monte_carlo_from_env
 from rlax_trpo.algorithms import sections
 from rlax_trpo.algorithms.common import (
@@ -42,7 +43,7 @@ from rlax_trpo.algorithms.common import (
 )
 from rlax_trpo.envs import Env, EnvSpec, StepResult, valid_env_names
 from rlax_trpo.losses import normalize, policy_gradient_loss
-from rlax_trpo.plugins import import_plugin
+from rlax_trpo.config.plugins import import_plugin
 from rlax_trpo.types import Batch, Params, Trajectory
 
 ROOT = Path(__file__).resolve().parents[1]

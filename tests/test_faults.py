@@ -20,7 +20,9 @@ import pytest
 from probe_envs import register_probes
 
 import train
-from rlax_trpo import checkpoint, chunks, experiment
+from rlax_trpo.experiment import driver
+from rlax_trpo.experiment import checkpoint
+from rlax_trpo.experiment import chunks
 
 register_probes()
 
@@ -72,8 +74,8 @@ KILL_AT = textwrap.dedent("""
 
 PHASES = {  # phase -> (module, function, call): where the process dies
     "compiling, before any checkpoint": ("rlax_trpo.experiment", "compile_run", 1),
-    "inside the second checkpoint write": ("rlax_trpo.checkpoint", "_finish_step", 2),
-    "between chunks": ("rlax_trpo.chunks", "_chunk_metrics", 3),
+    "inside the second checkpoint write": ("rlax_trpo.experiment.checkpoint", "_finish_step", 2),
+    "between chunks": ("rlax_trpo.experiment.chunks", "_chunk_metrics", 3),
     "after the last checkpoint (evaluation)": ("rlax_trpo.experiment", "evaluate", 1),
     "writing metrics.csv": ("rlax_trpo.report", "write_metrics_csv", 1),
 }
@@ -142,7 +144,7 @@ def test_a_failure_before_any_checkpoint_leaves_nothing(tmp_path, monkeypatch, c
     def out_of_disk(*args, **kwargs):
         raise OSError(28, "No space left on device", "compile cache")
 
-    monkeypatch.setattr(experiment, "compile_run", out_of_disk)
+    monkeypatch.setattr(driver, "compile_run", out_of_disk)
     for out, existed in ((tmp_path / "new", False), (tmp_path / "volume", True)):
         if existed:
             out.mkdir()
@@ -274,7 +276,7 @@ def test_one_diverging_setting_leaves_the_others_unchanged(tmp_path, capsys):
     import numpy as np
 
     from rlax_trpo import make_trainer
-    from rlax_trpo import sweep as sweeplib
+    from rlax_trpo.config import sweep as sweeplib
 
     config = checkpoint.load_config(mixed / "checkpoint")
     trainer = make_trainer(config)

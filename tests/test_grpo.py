@@ -14,7 +14,7 @@ from rlax_trpo.algorithms.grpo import make_grpo
 from rlax_trpo.config import Config
 from rlax_trpo.envs import make_env
 from rlax_trpo.errors import ConfigError
-from rlax_trpo.grouped import group_ids, grouped_reset, make_grouped_collect
+from rlax_trpo.algorithms.grouped import group_ids, grouped_reset, make_grouped_collect
 from rlax_trpo.networks import make_networks
 from rlax_trpo.rollout import EnvCarry
 from rlax_trpo.types import EpisodeStats

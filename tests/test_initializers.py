@@ -2,7 +2,7 @@
 linear algebra.
 
 A vmapped LAPACK QR (flax's orthogonal initialiser, one network per seed) deadlocks jaxlib's
-CPU runtime (docs/cpu_qr_deadlock.md). tests/test_lowering.py lowers the vmapped init,
+CPU runtime (docs/upstream/cpu_qr_deadlock.md). tests/test_lowering.py lowers the vmapped init,
 training and evaluation programs of every bundled config (every algorithm, the language model,
 the physics suites) and asserts that none calls LAPACK on the CPU.
 """
@@ -17,7 +17,7 @@ import pytest
 
 from rlax_trpo.config import config_from_dict, read_yaml
 from rlax_trpo.initializers import orthogonal
-from rlax_trpo.program import make_program
+from rlax_trpo.experiment.program import make_program
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = [(4, 64), (64, 64), (64, 2), (900, 128), (3, 3, 4, 8), (2, 5)]

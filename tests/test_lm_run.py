@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import train
-from rlax_trpo import experiment, run
+from rlax_trpo import run
+from rlax_trpo.experiment import driver
 from rlax_trpo.config import config_from_dict
 from rlax_trpo.errors import ConfigError
 
@@ -51,7 +52,7 @@ def test_config_error_before_any_file(tmp_path, capsys):
     assert not out.exists()
 
 
-class _AlreadySignalled(experiment.StopRequest):
+class _AlreadySignalled(driver.StopRequest):
     """As if SIGTERM had arrived before the first chunk finished."""
 
     def __enter__(self):
@@ -77,7 +78,7 @@ def test_lm_run_folder_chunks_resume_and_eval(tmp_path, capsys, monkeypatch):
     # Interrupted after its first chunk of 2, then resumed: the same metrics, bit for bit.
     parts = tmp_path / "parts"
     with monkeypatch.context() as m:
-        m.setattr(experiment, "StopRequest", _AlreadySignalled)
+        m.setattr(driver, "StopRequest", _AlreadySignalled)
         code = train.main([*TINY, "--chunk-iterations", "2", "--out", str(parts)])
     assert code == 128 + signal.SIGTERM
     assert not (parts / "summary.json").exists()

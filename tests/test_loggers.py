@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import train
-from rlax_trpo import loggers
+from rlax_trpo.experiment import loggers
 from rlax_trpo.errors import ConfigError
 
 # 8 iterations of 2 seeds
@@ -168,7 +168,7 @@ def test_wandb_without_a_login_is_one_line_exit_2_and_nothing_written(tmp_path):
 
 
 CHECK_PROBE = """
-from rlax_trpo import loggers
+from rlax_trpo.experiment import loggers
 from rlax_trpo.errors import ConfigError
 try:
     loggers.check_available(False, {"project": "p"})

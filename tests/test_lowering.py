@@ -6,8 +6,8 @@ population. Here each is traced once and lowered twice with `lowering_platforms`
 CPU build carries the lowering rules of every platform):
 
 - for the CPU, where the StableHLO text must hold no `lapack_*` custom call: a vmapped LAPACK
-  QR or Cholesky deadlocks jaxlib's CPU runtime (docs/cpu_qr_deadlock.md,
-  docs/cpu_lapack_deadlock.md), so networks use a LAPACK-free orthogonal initialiser and
+  QR or Cholesky deadlocks jaxlib's CPU runtime (docs/upstream/cpu_qr_deadlock.md,
+  docs/upstream/cpu_lapack_deadlock.md), so networks use a LAPACK-free orthogonal initialiser and
   `rlax_trpo.platform.setup_cpu` (applied by conftest) lowers the physics suites' Cholesky and
   triangular solves as plain HLO;
 - for `("cuda", "tpu")`, where the text must hold no custom call that exists only on the CPU:
@@ -31,8 +31,8 @@ import jax.numpy as jnp
 import pytest
 import yaml
 
-from rlax_trpo.defaults import bundled_config_names, find_config
-from rlax_trpo.program import make_program
+from rlax_trpo.config.defaults import bundled_config_names, find_config
+from rlax_trpo.experiment.program import make_program
 
 PLATFORMS = ("cuda", "tpu")
 CPU_ONLY = re.compile(r"lapack|ducc|cpu", re.IGNORECASE)

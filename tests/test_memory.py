@@ -275,7 +275,7 @@ def test_a_killed_memory_run_resumes_to_the_same_metrics(memory_run, tmp_path):
 
     out = tmp_path / "run"
     env = {**os.environ, "ROOT": str(ROOT), "JAX_PLATFORMS": "cpu"}
-    where = ["rlax_trpo.chunks", "_chunk_metrics", "3"]
+    where = ["rlax_trpo.experiment.chunks", "_chunk_metrics", "3"]
     argv = [*SMALL, "--chunk-iterations", "2", "--out", str(out)]
     proc = subprocess.run(
         [sys.executable, "-c", KILL_AT, *where, *argv],

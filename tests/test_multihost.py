@@ -15,7 +15,7 @@ import conftest
 import numpy as np
 import pytest
 
-from rlax_trpo import checkpoint
+from rlax_trpo.experiment import checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--no-progress", "--seeds", "4", "num_envs=4", "num_steps=16", "total_env_steps=256",
@@ -153,7 +153,7 @@ def test_the_peer_timeout_bounds_joining_and_heartbeats(monkeypatch):
     may see the kill through Gloo first, so it cannot tell whether heartbeats are bounded)."""
     import jax
 
-    from rlax_trpo import parallel
+    from rlax_trpo.experiment import parallel
 
     seen = {}
     monkeypatch.setattr(jax.config, "update", lambda *a: None)

@@ -190,7 +190,7 @@ def test_writing_a_run_folder_leaves_the_callers_matplotlib_backend_alone(tmp_pa
     import matplotlib
     import numpy as np
 
-    from rlax_trpo.report import plot_curves
+    from rlax_trpo.report.run_files import plot_curves
 
     before = matplotlib.get_backend()
     matplotlib.use("pdf")

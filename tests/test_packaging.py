@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from rlax_trpo.config import Config, load_config
-from rlax_trpo.defaults import CONFIG_DIR, bundled_config_names
+from rlax_trpo.config.defaults import CONFIG_DIR, bundled_config_names
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = shutil.which("rlax-trpo", path=str(Path(sys.executable).parent))

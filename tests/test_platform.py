@@ -177,7 +177,7 @@ print(json.dumps({"devices": jax.device_count()}))
 
 def test_batched_cholesky_on_two_devices_finishes():
     # With jax's LAPACK lowering this hangs at 0% CPU in nearly every process
-    # (docs/cpu_lapack_deadlock.md); `_probe` fails it after its timeout.
+    # (docs/upstream/cpu_lapack_deadlock.md); `_probe` fails it after its timeout.
     assert _probe(HANG_PROBE, timeout=90)["devices"] == 2
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rlax_trpo import Config, load_config, make_train, make_trainer
-from rlax_trpo.stats import final_returns, to_numpy
+from rlax_trpo.report.stats import final_returns, to_numpy
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,7 +9,7 @@ import threading
 
 import tqdm.auto
 
-from rlax_trpo.progress import ProgressBar
+from rlax_trpo.experiment.progress import ProgressBar
 
 
 def test_concurrent_callbacks_make_one_bar_that_stops_at_its_total(monkeypatch):

@@ -1,6 +1,8 @@
-"""The README is a user's reference: its configuration tables are `Config` and the default
-run, its command-line table is the parser, its links stay inside the repository, and it
-tells no development history."""
+"""The README and the docs are a user's reference: the configuration tables
+(docs/configuration.md) are `Config` and the default run, the command-line tables
+(docs/command_line.md) are the parsers, the README is a front page of at most 200 lines, the
+docs index names every page, links stay inside the repository, and no page tells development
+history. tests/test_readme_snippets.py runs the README's Python blocks as printed."""
 
 from __future__ import annotations
 
@@ -14,8 +16,21 @@ import yaml
 from rlax_trpo.cli import build_configs_parser, build_eval_parser, build_parser
 from rlax_trpo.config import Config, ControlFields
 
+try:  # `rlax-trpo report`'s parser lives beside the report code
+    from rlax_trpo.report.command import build_report_parser
+except ImportError:
+    from rlax_trpo.cli import build_report_parser
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+DOCS = ROOT / "docs"
+CONFIGURATION = (DOCS / "configuration.md").read_text()
+COMMAND_LINE = (DOCS / "command_line.md").read_text()
+# The README and every page under docs/, by path relative to the repository.
+PAGES = {
+    "README.md": README,
+    **{str(p.relative_to(ROOT)): p.read_text() for p in sorted(DOCS.rglob("*.md"))},
+}
 
 
 def _table_rows(text: str) -> dict[str, list[str]]:
@@ -51,8 +66,7 @@ def _flat(config: dict) -> dict:
 
 
 def _config_tables() -> tuple[dict, list[str], dict, dict]:
-    section = README.split("## Configuration", 1)[1].split("\n## ", 1)[0]
-    tables = [block for block in section.split("\n\n") if block.startswith("| key |")]
+    tables = [block for block in CONFIGURATION.split("\n\n") if block.startswith("| key |")]
     assert len(tables) == 3, "shared fields, per-algorithm fields, language-model fields"
     header = [c.strip() for c in tables[1].splitlines()[0].strip("|").split("|")][1:-1]
     return _table_rows(tables[0]), header, _table_rows(tables[1]), _table_rows(tables[2])
@@ -91,29 +105,62 @@ def test_the_table_check_notices_a_wrong_default():
 
 
 def test_every_command_line_option_is_documented():
-    section = README.split("## Command line", 1)[1].split("\n## ", 1)[0]
-    for parser in (build_parser(), build_eval_parser(), build_configs_parser()):
+    parsers = (build_parser(), build_eval_parser(), build_configs_parser(), build_report_parser())
+    for parser in parsers:
         for action in parser._actions:
             for flag in action.option_strings:
                 if flag.startswith("--") and flag != "--help":
-                    assert f"`{flag}" in section or f" {flag}" in section, flag
+                    assert f"`{flag}" in COMMAND_LINE or f" {flag}" in COMMAND_LINE, flag
 
 
-def test_links_stay_in_the_repository():
-    for target in re.findall(r"\]\(([^)]+)\)", README):
-        if target.startswith("#"):
-            anchor = target[1:]
-            headings = [h.lower().replace(" ", "-") for h in re.findall(r"^#+ (.+)$", README, re.M)]
-            assert anchor in headings, target
-            continue
-        assert "://" not in target, target
-        assert (ROOT / target).exists(), target
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(text: str) -> set[str]:
+    return {_anchor(h) for h in re.findall(r"^#+ (.+)$", text, re.M)}
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_links_stay_in_the_repository(page):
+    folder = (ROOT / page).parent
+    for target in re.findall(r"\]\(([^)]+)\)", PAGES[page]):
+        assert "://" not in target, (page, target)
+        path, _, anchor = target.partition("#")
+        file = (folder / path).resolve() if path else ROOT / page
+        assert file.exists(), (page, target)
+        assert file.is_relative_to(ROOT), (page, target)
+        if anchor:
+            assert anchor in _anchors(file.read_text()), (page, target)
+
+
+def test_the_link_check_notices_a_missing_anchor():
+    assert _anchor("Cheap resets (`reset_ratio`)") == "cheap-resets-reset_ratio"
+    assert _anchor("Chunked, resumable runs") in _anchors(PAGES["docs/operations.md"])
+    assert "no-such-heading" not in _anchors(PAGES["docs/operations.md"])
+
+
+def test_the_readme_is_a_front_page():
+    assert len(README.splitlines()) <= 200
+    assert "](docs/README.md)" in README, "the README links the docs index"
+
+
+def test_the_docs_index_names_every_page():
+    index = PAGES["docs/README.md"]
+    linked = {(DOCS / target.partition("#")[0]).resolve()
+              for target in re.findall(r"\]\(([^)]+)\)", index)}  # fmt: skip
+    for page in DOCS.glob("*.md"):
+        assert page.name == "README.md" or page.resolve() in linked, page.name
+    for page in (DOCS / "upstream").glob("*.md"):
+        assert page.resolve() in linked, page.name
 
 
 def test_install_url_is_pyprojects():
     url = re.search(r'^Repository = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)[1]
-    installs = re.findall(r"git\+(https://\S+?)\"", README)
-    assert installs and set(installs) == {url}
+    assert re.findall(r"git\+(https://\S+?)\"", README), "the README says how to install"
+    for page, text in PAGES.items():
+        assert set(re.findall(r"git\+(https://\S+?)\"", text)) <= {url}, page
 
 
 @pytest.mark.parametrize(
@@ -122,7 +169,8 @@ def test_install_url_is_pyprojects():
      r"(?i)an earlier run", r"(?i)then in use", r"(?i)\bTODO\b"],
 )  # fmt: skip
 def test_no_development_history(pattern):
-    assert not re.search(pattern, README), pattern
+    for page, text in PAGES.items():
+        assert not re.search(pattern, text), (page, pattern)
 
 
 TEST_COMMAND = "python -m pytest -q -n auto --maxprocesses 4 --dist loadfile"
@@ -143,16 +191,16 @@ def test_the_load_policy_snippet_runs_as_printed(tmp_path, monkeypatch, capsys):
     import train
 
     monkeypatch.chdir(tmp_path)
-    tiny = ["--config", "ppo_cartpole", "--seeds", "2", "--out", "runs/ppo8", "--no-progress",
+    tiny = ["--config", "ppo_cartpole", "--seeds", "2", "--out", "runs/ppo4", "--no-progress",
             "num_envs=4", "num_steps=16", "total_env_steps=128", "num_minibatches=1",
             "eval_episodes=2"]  # fmt: skip
     assert train.main(tiny) == 0
     code = _python_block("A trained policy in Python")
-    assert 'load_policy("runs/ppo8"' in code and "env.step" in code
+    assert 'load_policy("runs/ppo4"' in code and "env.step" in code
     scope: dict = {}
     exec(compile(code, "README.md", "exec"), scope)
     assert "greedy episode return" in capsys.readouterr().out
     assert 1 <= scope["episode_return"] <= 500  # CartPole: one reward per step
     assert scope["returns"].shape == (100,)
-    summary = json.loads((tmp_path / "runs/ppo8/summary.json").read_text())
+    summary = json.loads((tmp_path / "runs/ppo4/summary.json").read_text())
     assert scope["policy"].evaluate().mean() == pytest.approx(summary["eval_return_per_seed"][0])

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlax_trpo import stats
-from rlax_trpo.report import format_summary, plot_curves, return_summary
-from rlax_trpo.stats import iqm
-from rlax_trpo.sweep import NO_SWEEP
+from rlax_trpo.report import stats
+from rlax_trpo.report.run_files import format_summary, plot_curves, return_summary
+from rlax_trpo.report.stats import iqm
+from rlax_trpo.config.sweep import NO_SWEEP
 
 
 def _summary(**figures) -> dict:
@@ -35,7 +35,7 @@ def _summary(**figures) -> dict:
      (2.5e7, "2.5e+07")],
 )  # fmt: skip
 def test_sig_keeps_three_significant_digits(value, text):
-    from rlax_trpo.report import sig
+    from rlax_trpo.report.run_files import sig
 
     assert sig(value) == text
 

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import train
-from rlax_trpo import checkpoint, experiment, make_trainer
+from rlax_trpo import make_trainer
+from rlax_trpo.experiment import checkpoint, driver
 
 ROOT = Path(__file__).resolve().parents[1]
 # 8 iterations of a tiny PPO run, checkpointed every 2.
@@ -229,7 +230,7 @@ def test_resume_of_a_finished_run_is_refused(uninterrupted, capsys):
     assert "already complete" in capsys.readouterr().err
 
 
-class _AlreadySignalled(experiment.StopRequest):
+class _AlreadySignalled(driver.StopRequest):
     """As if SIGTERM had arrived before the first chunk finished."""
 
     def __enter__(self):
@@ -250,7 +251,7 @@ def test_an_interrupted_chunked_sweep_resumes_to_the_same_result(tmp_path, monke
     assert train.main([*TINY, *sweep, "--out", str(whole)]) == 0
     parts = tmp_path / "parts"
     with monkeypatch.context() as m:
-        m.setattr(experiment, "StopRequest", _AlreadySignalled)
+        m.setattr(driver, "StopRequest", _AlreadySignalled)
         code = train.main([*TINY, *sweep, *CHUNK, "--out", str(parts)])
     assert code == 128 + signal.SIGTERM
     assert checkpoint.read_record(parts / "checkpoint").iterations_done == 2

@@ -10,7 +10,7 @@ import pytest
 
 from rlax_trpo import Config, load_config, make_trainer
 from rlax_trpo.rollout import EnvCarry, collect
-from rlax_trpo.stats import final_returns, to_numpy
+from rlax_trpo.report.stats import final_returns, to_numpy
 
 ROOT = Path(__file__).resolve().parents[1]
 TRPO_METRICS = (
@@ -66,7 +66,7 @@ def test_advantage_scale_leaves_the_update_unchanged(algorithm):
 
 def test_trpo_cartpole_learns_and_respects_the_trust_region():
     # The shipped configuration at 40% of its budget, 4 seeds in one vmapped call (the batch
-    # at which jax's CG with an unbatched initial guess failed: docs/cg_unbatched_x0.md).
+    # at which jax's CG with an unbatched initial guess failed: docs/upstream/cg_unbatched_x0.md).
     config = load_config(ROOT / "configs" / "trpo_cartpole.yaml", ["total_env_steps=40960"])
     trainer = make_trainer(config)
     keys = jax.random.split(jax.random.key(0), 4)

@@ -109,8 +109,8 @@ def _policy_problem(key):
 @pytest.mark.parametrize("batch", [4, 8])
 def test_jax_cg_natural_step_under_jit_vmap_equals_per_seed_solves(batch):
     # jax.scipy.sparse.linalg.cg with its default (unbatched) zero guess returned residuals
-    # of 1e7-1e20 in vmapped TRPO programs on CPU (docs/cg_unbatched_x0.md); `jax_cg` passes
-    # a batched one. Each seed's step must equal its own un-vmapped solve.
+    # of 1e7-1e20 in vmapped TRPO programs on CPU (docs/upstream/cg_unbatched_x0.md); `jax_cg`
+    # passes a batched one. Each seed's step must equal its own un-vmapped solve.
     def step(key):
         kl_fn, params, grad = _policy_problem(key)
         nat = tr.natural_step(kl_fn, params, grad, 0.01, 0.1, 15, 1e-5, "jax")
@@ -244,7 +244,7 @@ def test_advantage_scale_leaves_natural_step_unchanged():
 def test_jax_cg_gives_cg_a_zero_guess_shaped_like_b(monkeypatch):
     """jax_cg hands cg an explicit zero initial guess made from `b` (so batched like it under
     vmap), never cg's default: that default's failure inside the vmapped training program is
-    nondeterministic (docs/cg_unbatched_x0.md), so this checks the call itself."""
+    nondeterministic (docs/upstream/cg_unbatched_x0.md), so this checks the call itself."""
     seen = []
     real = jax.scipy.sparse.linalg.cg
 

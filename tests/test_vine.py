@@ -1,4 +1,4 @@
-"""The vine estimator (`rlax_trpo.vine`, `sampling: vine`): branch estimates against Q in closed
+"""The vine estimator (`rlax_trpo.algorithms.vine`, `sampling: vine`): branch estimates against Q in closed
 form, common random numbers, the surrogate, the budget and vine TRPO learning CartPole."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlax_trpo import vine
+from rlax_trpo.algorithms import vine
 from rlax_trpo.config import Config, load_config
 from rlax_trpo.envs.base import Env, EnvSpec, StepResult
 from rlax_trpo.errors import ConfigError

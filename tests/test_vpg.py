@@ -6,7 +6,7 @@ import jax
 import numpy as np
 
 from rlax_trpo import Config, load_config, make_trainer
-from rlax_trpo.stats import final_returns, to_numpy
+from rlax_trpo.report.stats import final_returns, to_numpy
 
 ROOT = Path(__file__).resolve().parents[1]
 

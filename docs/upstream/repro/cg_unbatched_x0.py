@@ -1,8 +1,8 @@
 """jax.scipy.sparse.linalg.cg with its default x0 inside a vmapped TRPO program on CPU
-(docs/cg_unbatched_x0.md).
+(docs/upstream/cg_unbatched_x0.md).
 
-    python docs/repro/cg_unbatched_x0.py default   # cg's own x0 = zeros_like(b)
-    python docs/repro/cg_unbatched_x0.py batched   # x0 = 0 * b (what rlax_trpo passes)
+    python docs/upstream/repro/cg_unbatched_x0.py default   # cg's own x0 = zeros_like(b)
+    python docs/upstream/repro/cg_unbatched_x0.py batched   # x0 = 0 * b (what rlax_trpo passes)
 
 Trains TRPO on CartPole-v1 (configs/trpo_cartpole.yaml, 20 iterations) for 8 seeds in one
 `jit(vmap(.))` and prints the largest relative CG residual ||F s - g|| / ||g|| and the mean

@@ -1,7 +1,7 @@
 """Compile time of a GRPO run with a GRU policy on XLA:CPU, at two sizes.
 
-    timeout 900 python docs/repro/grpo_memory_slow_compile.py 2 8    # groups of 2, GRU of 8
-    timeout 900 python docs/repro/grpo_memory_slow_compile.py 4 16   # groups of 4, GRU of 16
+    timeout 900 python docs/upstream/repro/grpo_memory_slow_compile.py 2 8   # groups of 2, GRU of 8
+    timeout 900 python docs/upstream/repro/grpo_memory_slow_compile.py 4 16  # groups of 4, GRU 16
 
 Prints the seconds to lower and to compile `jit(train)` of a 3-iteration run on
 velocity-free CartPole (4 or 8 environments of 16 steps).

@@ -1,5 +1,5 @@
 """jaxlib CPU: a batched Cholesky or triangular solve sharded over 2 host devices deadlocks
-(docs/cpu_lapack_deadlock.md).
+(docs/upstream/cpu_lapack_deadlock.md).
 
     export XLA_FLAGS=--xla_force_host_platform_device_count=2
     timeout 30 python vmapped_cholesky_deadlock.py

@@ -1,4 +1,5 @@
-"""jaxlib CPU: a batched QR sharded over 2 host devices deadlocks (docs/cpu_qr_deadlock.md).
+"""jaxlib CPU: a batched QR sharded over 2 host devices deadlocks
+(docs/upstream/cpu_qr_deadlock.md).
 
     XLA_FLAGS=--xla_force_host_platform_device_count=2 timeout 30 python vmapped_qr_deadlock.py
 
