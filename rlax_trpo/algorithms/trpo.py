@@ -4,6 +4,7 @@ One update, as in the paper's practical algorithm (App. C) and sb3-contrib's TRP
 
     A  <- advantages of the batch, normalised over the batch (optional)
     L(theta) = mean_n pi_theta(a_n|s_n) / pi_old(a_n|s_n) * A_n        surrogate
+             + c mean_n H(pi_theta(.|s_n))        with an entropy bonus c = `hp.ent_coef` (0)
     g  = grad L(theta_old)
     s  = CG(F + d I, g)                    F: Hessian of mean KL(pi_old || pi_theta); jax.scipy's
                                            cg, <= cg_iters steps, to ||F s - g|| <= cg_tol ||g||
@@ -23,7 +24,7 @@ from typing import Any, Literal, NamedTuple
 import flax.struct
 import jax
 import jax.numpy as jnp
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from rlax_trpo import losses
 from rlax_trpo import trust_region as tr
@@ -43,9 +44,11 @@ from rlax_trpo.algorithms.sections import (
     CriticFitterHParams,
 )
 from rlax_trpo.config.configuration import Config
-from rlax_trpo.config.fields import HParams, hp_field
+from rlax_trpo.config.fields import HParams, hp_field, read_with
 from rlax_trpo.networks import Networks, policy_on
 from rlax_trpo.types import Batch, Metrics, Params
+
+VINE_FIELDS = ("vine_states", "vine_actions", "vine_horizon", "vine_bootstrap")
 
 
 class NPGFields(AdvantageFields, CriticFitterFields):
@@ -63,17 +66,12 @@ class NPGFields(AdvantageFields, CriticFitterFields):
     vine_horizon: int = Field(32, gt=0)
     vine_bootstrap: bool = True
 
-    @model_validator(mode="after")
-    def _vine_fields_need_the_vine(self) -> NPGFields:
-        # a changed vine_* value without the vine is refused; defaults (as every saved
-        # config.yaml holds them) are not
-        fields = type(self).model_fields
-        unread = sorted(
-            k for k in fields if k.startswith("vine_") and getattr(self, k) != fields[k].default
-        )
-        if unread and self.sampling != "vine":
-            raise ValueError(f"{unread[0]}: read only with sampling: vine")
-        return self
+    # a changed value without its condition is refused; defaults (as every saved config.yaml
+    # holds them) are not
+    read_only_with = {
+        **dict.fromkeys(VINE_FIELDS, read_with("sampling", "vine")),
+        "hp.cg_tol": read_with("cg_solver", "jax"),  # the scan solver runs cg_iters steps
+    }
 
 
 class TRPOFields(NPGFields):
@@ -85,6 +83,7 @@ class NPGHParams(AdvantageHParams, CriticFitterHParams):
     max_kl: Any = hp_field(0.01, gt=0)  # delta: 1/2 s^T F s = max_kl
     damping: Any = hp_field(0.1, ge=0)
     cg_tol: Any = hp_field(1e-5, ge=0)  # CG stops at ||F s - g|| <= cg_tol ||g||
+    ent_coef: Any = hp_field(0.0, ge=0)  # c: the step increases L(theta) + c H(pi_theta)
 
 
 @flax.struct.dataclass
@@ -110,6 +109,17 @@ def surrogate_fn(networks: Networks, flat: Batch, advantages: jax.Array):
         return (jnp.exp(log_prob - flat.log_prob) * advantages).mean()
 
     return surrogate
+
+
+def with_entropy_bonus(surrogate: Any, entropy: Any, ent_coef: jax.Array):
+    """theta -> L(theta) + c H(pi_theta): the surrogate with an entropy bonus.
+
+    The natural step follows its gradient g + c grad H through CG, and the line search
+    accepts a candidate only if this whole objective improves (and the KL bound holds: the
+    trust region is unchanged). `entropy(theta)` is the mean entropy over the batch's states;
+    c = 0 (the default) is the plain surrogate.
+    """
+    return lambda params: surrogate(params) + ent_coef * entropy(params)
 
 
 def kl_fn(
@@ -191,16 +201,17 @@ def _make_trust_region_method(config: Config, networks: Networks, line_search: b
         adv = flat.advantage
         adv = losses.normalize(adv) if config.normalize_advantages else adv
         adv = jax.lax.stop_gradient(adv)
+        entropy = lambda params: policy_on(networks, params, flat).entropy().mean()
         new_policy, metrics = trust_region_step(
             config,
-            surrogate_fn(networks, flat, adv),
+            with_entropy_bonus(surrogate_fn(networks, flat, adv), entropy, hp.ent_coef),
             kl_fn(networks, layout, policy_params, flat, config.fisher_fraction),
             kl_fn(networks, layout, policy_params, flat),
             policy_params,
             hp,
             line_search,
         )
-        metrics["policy/entropy"] = policy_on(networks, policy_params, flat).entropy().mean()
+        metrics["policy/entropy"] = entropy(policy_params)
         return new_policy, metrics
 
     def update(params: Params, state: TRPOState, batch: Batch, hp: HParams, key: jax.Array):
@@ -251,9 +262,13 @@ def _with_vine(
     def update(params: Params, state: TRPOState, batch: VineBatch, hp: HParams, key: jax.Array):
         obs = batch.branches.obs
         stride = every_kth(config.fisher_fraction)
+        entropy = lambda params: networks.policy(params, obs).entropy().mean()
+        surrogate = vine.vine_surrogate_fn(
+            networks.policy, batch.branches, batch.q, plan.every_action
+        )
         new_policy, metrics = trust_region_step(
             config,
-            vine.vine_surrogate_fn(networks.policy, batch.branches, batch.q, plan.every_action),
+            with_entropy_bonus(surrogate, entropy, hp.ent_coef),
             tr.mean_kl_fn(networks.policy, params.policy, obs[::stride]),
             tr.mean_kl_fn(networks.policy, params.policy, obs),
             params.policy,
@@ -265,7 +280,7 @@ def _with_vine(
             params.value, state.value_opt_state, flat, hp, key
         )
         metrics["value/loss"] = value_loss
-        metrics["policy/entropy"] = networks.policy(params.policy, obs).entropy().mean()
+        metrics["policy/entropy"] = entropy(params.policy)
         metrics["vine/q_mean"] = batch.q.mean()
         metrics["vine/q_spread"] = (batch.q.max(1) - batch.q.min(1)).mean()
         return Params(new_policy, value), TRPOState(value_opt_state), metrics
