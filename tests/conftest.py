@@ -68,8 +68,9 @@ jax.devices()
 # otherwise order files by their number of tests, which sends these to the end).
 LONGEST_FIRST = (
     "test_notebooks.py", "test_devices.py", "test_memory.py", "test_env_suites.py",
-    "test_lm_run.py", "test_extending.py", "test_resume.py", "test_faults.py",
-    "test_platform.py", "test_ppo.py", "test_multihost.py", "test_packaging.py",
+    "test_readme_snippets.py", "test_lm_run.py", "test_extending.py", "test_resume.py",
+    "test_faults.py", "test_platform.py", "test_ppo.py", "test_training.py",
+    "test_multihost.py", "test_packaging.py",
 )  # fmt: skip
 
 

@@ -5,7 +5,7 @@ environment step for step; the time limit is a truncation and death a terminatio
 both; `final_obs` is the last observation and the next one a fresh world's; the episode
 figures (score in % of the maximum, achievements) are those of the raw state. How episode
 figures reach the metrics and the summary through the training loop, with pooled resets, is
-tests/test_reset_pool.py's (an environment whose figures have a known answer).
+tests/test_rollout.py's (an environment whose figures have a known answer).
 """
 
 from __future__ import annotations

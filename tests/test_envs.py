@@ -175,22 +175,3 @@ def test_reward_scaling_divides_by_the_running_std_of_discounted_returns():
             np.testing.assert_allclose(new.obs, expected, rtol=2e-3, atol=2e-3)
         seen_obs.append(obs.reshape(-1, 2))
         np.testing.assert_allclose(stats.return_acc, acc, rtol=1e-5, atol=1e-6)
-
-
-def test_trainer_builds_the_environment_once_and_flattens_for_an_mlp(monkeypatch):
-    from rlax_trpo import Config, training
-
-    made = []
-    real = training.make_env
-    monkeypatch.setattr(training, "make_env", lambda *a, **k: made.append(a) or real(*a, **k))
-    config = Config.create(env="Breakout-MinAtar", network="mlp", num_envs=2, num_steps=4)
-    env = training.make_trainer(config).env
-    assert len(made) == 1
-    flat = make_env("Breakout-MinAtar", flatten=True)  # gymnax's own flattening
-    assert env.spec == flat.spec and env.spec.obs_shape == (400,)
-    key = jax.random.key(3)
-    (obs, state), (ref, ref_state) = env.reset(key), flat.reset(key)
-    np.testing.assert_array_equal(obs, ref)
-    res, ref_res = env.step(key, state, 1), flat.step(key, ref_state, 1)
-    np.testing.assert_array_equal(res.obs, ref_res.obs)
-    np.testing.assert_array_equal(res.final_obs, ref_res.final_obs)

@@ -1,4 +1,5 @@
-"""PPO invariants: ratio 1 on the first minibatch, jit == no-jit, vmap == loop, learning."""
+"""PPO: ratio 1 on the first minibatch, and learning. (The training loop's own invariants,
+run with PPO, are in tests/test_training.py.)"""
 
 from pathlib import Path
 
@@ -7,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from rlax_trpo import Config, load_config, make_train, make_trainer
+from rlax_trpo import Config, load_config, make_train
 from rlax_trpo.report.stats import final_returns, to_numpy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,54 +32,6 @@ def test_first_minibatch_ratio_is_one(extra):
     assert float(np.max(metrics["ppo/first_clip_frac"])) == 0.0
     # ... and later minibatches do move the policy (the check is not vacuous).
     assert float(np.max(metrics["policy/kl_old_new_k3"])) > 0.0
-
-
-def test_jit_equals_no_jit():
-    # Small: without jit every op is dispatched one by one (one iteration, both minibatches).
-    config = Config.create(
-        **{**SMALL, "num_envs": 2, "num_steps": 4, "total_env_steps": 2 * 4, "num_epochs": 1}
-    )
-    train = make_train(config)
-    key = jax.random.key(3)
-    _, jitted = jax.jit(train)(key, config.hp)
-    with jax.disable_jit():
-        _, eager = train(key, config.hp)
-    for name in ("policy/loss", "value/loss", "episode/return_sum", "grad_norm"):
-        np.testing.assert_allclose(jitted[name], eager[name], rtol=2e-4, atol=1e-5)
-
-
-def test_vmap_over_seeds_equals_separate_runs():
-    config = Config.create(**SMALL)
-    train = jax.jit(make_train(config))
-    keys = jax.random.split(jax.random.key(7), 3)
-    _, batched = jax.jit(jax.vmap(make_train(config), in_axes=(0, None)))(keys, config.hp)
-    for i in range(3):
-        _, single = train(keys[i], config.hp)
-        for name in ("policy/loss", "value/loss", "episode/return_sum"):
-            np.testing.assert_allclose(batched[name][i], single[name], rtol=1e-4, atol=1e-5)
-
-
-def test_vmap_over_learning_rate():
-    config = Config.create(**SMALL)
-    hps = jax.tree.map(lambda x: jax.numpy.stack([x, x]), config.hp)
-    hps = hps.replace(learning_rate=jax.numpy.array([1e-4, 1e-2]))
-    _, m = jax.jit(jax.vmap(make_train(config), in_axes=(None, 0)))(jax.random.key(0), hps)
-    np.testing.assert_allclose(m["ppo/learning_rate"][:, 0], [1e-4, 1e-2], rtol=1e-6)
-    assert not np.allclose(m["policy/loss"][0], m["policy/loss"][1])
-
-
-def test_non_finite_update_is_not_applied():
-    config = Config.create(**SMALL)
-    trainer = make_trainer(config)
-    hp = config.hp.replace(learning_rate=jax.numpy.float32(np.nan))
-    state, metrics = jax.jit(trainer.train)(jax.random.key(0), hp)
-    assert int(state.diverged_at) == 0
-    init = jax.jit(trainer.init)(jax.random.key(0), hp)
-    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(state.params))
-    # (`train` and `init` are two programs: their initialisations may differ in the last bit.)
-    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(init.params), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)
-    assert float(metrics["train/finite"].max()) == 0.0
 
 
 @pytest.mark.slow

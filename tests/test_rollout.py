@@ -1,4 +1,5 @@
-"""Cheap resets (`reset_ratio`): finished environments restart from a pool of fresh states.
+"""Rollouts (`rlax_trpo.rollout`): what `collect` records, time-major, and cheap resets
+(`reset_ratio`), where finished environments restart from a pool of fresh states.
 
 Where the reset is deterministic the pooled rollout is the ordinary one, step for step; where
 it is random, new episodes still start from the reset distribution, environments that end
@@ -31,6 +32,29 @@ def _rollout(env, num_envs, num_steps, reset_ratio, key=0):
     policy = _uniform_policy(env.spec.num_actions)
     run = jax.jit(lambda k: collect(env, policy, carry, k, num_steps, reset_ratio=reset_ratio))
     return run(jax.random.key(key + 1))
+
+
+def test_collect_records_each_step_time_major_with_both_end_flags_and_pre_reset_obs():
+    register_probes()
+    ro = _rollout(make_env("Probe-two_step"), 3, 5, 1)  # obs 0 then 1, reward and end on 1
+    traj = ro.trajectory
+    assert traj.obs.shape == (5, 3, 1) and traj.action.shape == traj.reward.shape == (5, 3)
+    ends = np.array([0, 1, 0, 1, 0], bool)[:, None].repeat(3, 1)
+    np.testing.assert_array_equal(traj.obs[..., 0], np.where(ends, 1.0, 0.0))
+    np.testing.assert_array_equal(traj.final_obs[..., 0], np.ones((5, 3)))  # before the reset
+    np.testing.assert_array_equal(traj.terminated, ends)
+    assert not np.asarray(traj.truncated).any()
+    np.testing.assert_array_equal(ro.done, ends)
+    np.testing.assert_array_equal(ro.finished_return, np.where(ends, 1.0, 0.0))
+    np.testing.assert_array_equal(ro.finished_length, np.where(ends, 2, 0))
+    np.testing.assert_allclose(traj.log_prob, np.log(0.5), rtol=1e-6)  # the acting policy's
+    np.testing.assert_array_equal(ro.carry.episode.episode_length, [1, 1, 1])  # one step in
+    # A time limit is a truncation, not a termination; the next observation is the reset one.
+    ro = _rollout(make_env("Probe-timelimit"), 2, 10, 1)
+    cut = np.arange(10)[:, None].repeat(2, 1) == 7
+    np.testing.assert_array_equal(ro.trajectory.truncated, cut)
+    assert not np.asarray(ro.trajectory.terminated).any()
+    np.testing.assert_array_equal(ro.finished_return, np.where(cut, 8.0, 0.0))
 
 
 @pytest.mark.parametrize("probe", ["Probe-two_step", "Probe-timelimit"])
