@@ -36,6 +36,7 @@ SMOKE = {
          "--eval-envs", "2"],
         ("brax",),
     ),
+    "compile_cache.py": ([PY, "benchmarks/compile_cache.py", "--repeats", "1", *TINY_RUN], ()),
     "cpu_linalg.py": (
         [PY, "benchmarks/cpu_linalg.py", "--programs", "brax_inverted_pendulum", "--seeds", "1",
          "--repeats", "1", "total_env_steps=2048", "num_envs=4", "num_steps=16"],
@@ -79,12 +80,18 @@ SMOKE = {
          "hidden_sizes=[16]", "num_minibatches=1"],
         (),
     ),
+    "profile_ppo.py": (
+        [PY, "benchmarks/profile_ppo.py", "--num-envs", "8", "--iterations", "2", "--repeats",
+         "1", "num_steps=16"],
+        (),
+    ),
     "shuffle.py": ([PY, "benchmarks/shuffle.py", "--sizes", "256", "--iters", "10", "--repeats",
                     "1"], ()),
     "standard_tables.py": (
         [PY, "benchmarks/standard_tables.py", "minatar", "--algos", "ppo", "--games",
          "Breakout-MinAtar", "--budget", "32768", "--seeds", "2", "--runs", "{out}/runs",
-         "--results", "{out}/results", "num_envs=16", "num_steps=64", "hidden_sizes=[16]"],
+         "--results", "{out}/results", "--sweep", "hp.learning_rate=1e-3,2e-3", "num_envs=16",
+         "num_steps=64", "hidden_sizes=[16]"],
         (),
     ),
     "stress.py": (

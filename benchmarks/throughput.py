@@ -9,6 +9,7 @@ the ceiling the environment sets). With `--purejaxrl PATH/ppo.py` the same sizes
 through PureJaxRL's own PPO (`benchmarks/_purejaxrl.py`), timed the same way.
 
     python benchmarks/throughput.py                      # PPO CartPole at 4, 64, 1024 envs
+    python benchmarks/throughput.py --config trpo_cartpole --total-steps 200000  # its 2 envs
     python benchmarks/throughput.py --num-envs 2048 8192 --iterations 10 --purejaxrl ppo.py
     python benchmarks/throughput.py --config trpo_cartpole --seeds 1 16 --json out.json
 """
@@ -33,11 +34,11 @@ import jax.numpy as jnp
 import numpy as np
 from _publish import publish
 
-from rlax_trpo.report import stats
 from rlax_trpo.config import load_config
 from rlax_trpo.envs import make_env
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.experiment.program import make_program
+from rlax_trpo.report import stats
 from rlax_trpo.rollout import reset_envs
 
 # PureJaxRL's CartPole configuration at three widths (total steps grow with the width so
@@ -176,41 +177,47 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def runs_of(args: argparse.Namespace) -> list[list[str]]:
-    """The size overrides of each width."""
+    """The size overrides of each width: `--num-envs`, else the config's own width (one run),
+    else, for the default config with no size given, PureJaxRL's three widths."""
     if not args.num_envs:
-        if args.num_steps or args.total_steps or args.iterations:
-            return runs_of(argparse.Namespace(**{**vars(args), "num_envs": [4, 64, 1024]}))
-        return [
-            [f"num_envs={n}", f"num_steps={s}", f"total_env_steps={t}"] for n, s, t in DEFAULT_RUNS
-        ]
-    out = []
-    for n in args.num_envs:
-        extra = [f"num_envs={n}"]
-        if args.num_steps:
-            extra.append(f"num_steps={args.num_steps}")
-        if args.total_steps:
-            extra.append(f"total_env_steps={args.total_steps}")
-        out.append(extra)
-    return out
+        sized = args.num_steps or args.total_steps or args.iterations
+        if args.config == DEFAULT_CONFIG and not sized:
+            return [
+                [f"num_envs={n}", f"num_steps={s}", f"total_env_steps={t}"]
+                for n, s, t in DEFAULT_RUNS
+            ]
+        return [[*_steps(args)]]
+    return [[f"num_envs={n}", *_steps(args)] for n in args.num_envs]
+
+
+def _steps(args: argparse.Namespace) -> list[str]:
+    extra = [f"num_steps={args.num_steps}"] if args.num_steps else []
+    return extra + ([f"total_env_steps={args.total_steps}"] if args.total_steps else [])
 
 
 def configs_of(args: argparse.Namespace) -> list:
-    """The config of every width, checked before anything runs (exit 2 on a bad one)."""
+    """The config of every width, checked before anything runs (exit 2 on a bad one). With
+    `--iterations` the total is that many iterations of the width's own batch, set before the
+    config's own total is checked against the batch."""
+    from rlax_trpo.config import ControlFields
+    from rlax_trpo.config.configuration import raw_config
+
+    default = {k: ControlFields.model_fields[k].default for k in ("num_envs", "num_steps")}
     configs = []
     for extra in runs_of(args):
         if args.env:
             extra = [*extra, f"env={args.env}"]
         try:
-            config = load_config(args.config, [*args.overrides, *extra])
             if args.iterations:
-                total = args.iterations * config.num_envs * config.num_steps
-                config = load_config(
-                    args.config, [*args.overrides, *extra, f"total_env_steps={total}"]
+                raw = raw_config(args.config, [*args.overrides, *extra])
+                batch = int(raw.get("num_envs", default["num_envs"])) * int(
+                    raw.get("num_steps", default["num_steps"])
                 )
-        except ConfigError as err:
+                extra = [*extra, f"total_env_steps={args.iterations * batch}"]
+            configs.append(load_config(args.config, [*args.overrides, *extra]))
+        except (ConfigError, TypeError, ValueError) as err:
             print(f"throughput.py: {err}", file=sys.stderr)
             sys.exit(2)
-        configs.append(config)
     return configs
 
 

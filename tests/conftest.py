@@ -21,6 +21,27 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 from rlax_trpo.platform import FAST_COMPILE_XLA_FLAGS  # noqa: E402 (imports no jax)
 
+
+def _accelerator_installed() -> bool:
+    """Whether jax will run on a GPU or TPU here (a plugin is installed and JAX_PLATFORMS
+    does not name the CPU alone), decided before JAX starts its backend."""
+    import importlib.metadata
+
+    if os.environ.get("JAX_PLATFORMS", "").strip().lower() == "cpu":
+        return False
+    names = {d.metadata["Name"].lower() for d in importlib.metadata.distributions()}
+    return any(n.startswith(("jax-cuda", "jax_cuda", "jax-rocm", "libtpu")) for n in names)
+
+
+# On a GPU (or TPU) the suite's tests compare with float64 references and closed forms:
+# matrix products at full float32 precision there (Hopper's default takes TF32-like shortcuts),
+# and each xdist worker allocating what it uses instead of most of the device's memory at its
+# start (several workers share one GPU).
+ACCELERATOR = _accelerator_installed()
+if ACCELERATOR:
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
+
 # XLA:CPU compile options for the test run: on this suite's programs (small networks, a few
 # environments, many distinct shapes) compiling costs far more than running, and these flags
 # (rlax_trpo.platform.FAST_COMPILE_XLA_FLAGS) compile in about 0.4x the time. Only the
@@ -31,7 +52,10 @@ from rlax_trpo.platform import FAST_COMPILE_XLA_FLAGS  # noqa: E402 (imports no 
 # allows for rounding, and compares bit for bit only within one program or where the same
 # programs run again (a resumed run against an uninterrupted one). RLAX_TRPO_TEST_XLA_FLAGS=""
 # turns them off.
-FAST_COMPILE = os.environ.get("RLAX_TRPO_TEST_XLA_FLAGS", FAST_COMPILE_XLA_FLAGS)
+# XLA:CPU's flags only where the backend is the CPU (a GPU run takes no XLA:CPU flags).
+FAST_COMPILE = os.environ.get(
+    "RLAX_TRPO_TEST_XLA_FLAGS", "" if ACCELERATOR else FAST_COMPILE_XLA_FLAGS
+)
 # (xdist workers import this file again with the environment set here: keep the user's own.)
 USER_XLA_FLAGS = os.environ.setdefault("RLAX_TRPO_USER_XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
 os.environ["XLA_FLAGS"] = f"{USER_XLA_FLAGS} {FAST_COMPILE}".strip()

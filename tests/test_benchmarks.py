@@ -1,6 +1,7 @@
 """Every script under benchmarks/ has a smoke command (`benchmarks/smoke.py`, run by CI)."""
 
 import importlib.util
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,3 +24,28 @@ def test_every_benchmark_script_has_a_smoke_command():
 def test_ci_runs_the_smoke_runs_and_the_mutation_check():
     ci = (ROOT / ".ci/run").read_text()
     assert "python benchmarks/smoke.py" in ci and "python tests/mutants.py" in ci
+
+
+def _throughput():
+    spec = importlib.util.spec_from_file_location(
+        "throughput", ROOT / "benchmarks" / "throughput.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_throughput_sizes_iterations_from_the_width_and_keeps_a_configs_own_width():
+    throughput = _throughput()
+    # --iterations at a width far above the config's total: the total follows the width.
+    args = throughput.parse_args(["--num-envs", "131072", "--iterations", "12"])
+    (config,) = throughput.configs_of(args)
+    assert config.num_envs == 131072 and config.num_iterations == 12
+    # A config's own width is kept when no width is asked for (TRPO's RL Zoo 2 envs).
+    args = throughput.parse_args(["--config", "trpo_cartpole", "--total-steps", "20480"])
+    (config,) = throughput.configs_of(args)
+    assert config.num_envs == 2 and config.total_env_steps == 20480
+    # The default config with no size given: PureJaxRL's three widths.
+    widths = [c.num_envs for c in throughput.configs_of(throughput.parse_args([]))]
+    assert widths == [4, 64, 1024]

@@ -1,0 +1,185 @@
+#!/usr/bin/env python
+"""Where one PPO iteration's time goes: each phase compiled and timed on its own, beside the
+whole iteration, PureJaxRL's whole iteration and an environment-only scan of the same width.
+
+For every width it prints one JSON line: the seconds per iteration of
+
+    rollout   the acting policy and the environment, `num_steps` steps of `num_envs` envs
+    batch     the learner's view (normalisation) and `make_batch` (values, GAE, targets)
+    update    the epochs x minibatches of the update
+    iteration the three together as the training scan runs them (`Trainer.iteration`)
+
+each with its compiled program's FLOPs, bytes accessed (XLA's cost analysis) and number of
+kernels (fusions and library calls in the optimised HLO, loop bodies counted once); and, with
+`--purejaxrl`, PureJaxRL's own `ppo.py` at the same settings (seconds per iteration of its
+whole run: its phases are one program), plus random actions through the environment alone.
+
+    python benchmarks/profile_ppo.py --num-envs 16384 131072 --purejaxrl ppo.py --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rlax_trpo.platform import setup_cpu
+
+setup_cpu()  # before JAX starts: one CPU device per core (rlax_trpo/platform.py)
+
+import jax
+import numpy as np
+from _publish import publish
+
+from rlax_trpo.config import ControlFields
+from rlax_trpo.config.configuration import load_config, raw_config
+from rlax_trpo.normalization import Statistics, normalize_trajectory, observation_transform
+from rlax_trpo.rollout import EnvCarry, collect
+from rlax_trpo.training import acting_policy, make_trainer
+
+KERNEL = re.compile(r"=\s*\S+\s+(fusion|custom-call|dot|convolution|all-reduce|sort)\(")
+
+
+def phases(trainer):
+    """The iteration's phases as separate pure functions (the training loop's own pieces)."""
+    config, env, networks, algorithm = (
+        trainer.config,
+        trainer.env,
+        trainer.networks,
+        trainer.algorithm,
+    )
+    rollout = algorithm.collect or collect
+
+    def roll(state, key):
+        transform = observation_transform(config.normalize_obs, state.obs_stats)
+        policy = acting_policy(networks, state.params, transform)
+        start = EnvCarry(state.env_state, state.obs, state.episode, state.memory, state.first)
+        return rollout(env, policy, start, key, config.num_steps)
+
+    def batch(state, ro, hp):
+        stats = Statistics(state.obs_stats, state.return_stats, state.return_acc)
+        traj, _ = normalize_trajectory(config, stats, ro.trajectory, ro.done, hp.gamma)
+        return algorithm.make_batch(state.params, traj, hp)
+
+    def update(state, learner_batch, hp, key):
+        return algorithm.update(state.params, state.algo_state, learner_batch, hp, key)
+
+    return roll, batch, update
+
+
+def compiled_figures(compiled) -> dict:
+    """XLA's cost analysis of a compiled program, and its kernels in the optimised HLO."""
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost or {}
+    text = compiled.as_text() or ""
+    return {
+        "flops": float(cost.get("flops", 0.0)),
+        "bytes_accessed": float(cost.get("bytes accessed", 0.0)),
+        "kernels": len(KERNEL.findall(text)),
+    }
+
+
+def timed(fn, args: tuple, repeats: int) -> dict:
+    """Compile `fn` for `args`; the median seconds of `repeats` calls after one warm call."""
+    compiled = jax.jit(fn).lower(*args).compile()
+    jax.block_until_ready(compiled(*args))
+    walls = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        walls.append(time.perf_counter() - t0)
+    return {"seconds": float(np.median(walls)), **compiled_figures(compiled)}
+
+
+def profile(config, repeats: int) -> dict:
+    """This library's phases and whole iteration at `config`'s width."""
+    trainer = make_trainer(config)
+    hp = config.hp
+    state = jax.jit(trainer.init)(jax.random.key(0), hp)
+    roll, batch, update = phases(trainer)
+    key = jax.random.key(1)
+    ro = jax.jit(roll)(state, key)
+    learner = jax.jit(batch)(state, ro, hp)
+    out = {
+        "rollout": timed(roll, (state, key), repeats),
+        "batch": timed(batch, (state, ro, hp), repeats),
+        "update": timed(update, (state, learner, hp, key), repeats),
+        "iteration": timed(trainer.iteration, (state, hp), repeats),
+    }
+    out["env_steps_per_second"] = config.batch_size / out["iteration"]["seconds"]
+    return out
+
+
+def purejaxrl_iteration(module, config, repeats: int) -> dict:
+    """PureJaxRL's seconds per iteration: its whole run at `config`'s sizes over its
+    iterations (compile excluded)."""
+    import _purejaxrl
+
+    fn, keys, steps = _purejaxrl.make_run(module, config, 1)
+    compiled = fn.lower(keys).compile()
+    jax.block_until_ready(compiled(keys))
+    walls = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(compiled(keys))
+        walls.append(time.perf_counter() - t0)
+    iterations = steps // config.batch_size
+    seconds = float(np.median(walls)) / iterations
+    return {
+        "seconds": seconds,
+        "env_steps_per_second": config.batch_size / seconds,
+        **compiled_figures(compiled),
+        "kernels_note": "the whole run's program (its loop bodies once), not one iteration's",
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", default="ppo_cartpole_purejaxrl")
+    p.add_argument("--num-envs", type=int, nargs="+", default=[16384, 131072])
+    p.add_argument("--iterations", type=int, default=4, help="of PureJaxRL's timed run")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--purejaxrl", type=Path, metavar="PPO_PY")
+    p.add_argument("--json", type=Path)
+    p.add_argument("overrides", nargs="*", metavar="key=value")
+    args = p.parse_intermixed_args(argv)
+    if any(n < 1 for n in args.num_envs) or args.iterations < 1 or args.repeats < 1:
+        p.error("--num-envs, --iterations and --repeats: positive integers")
+    if args.purejaxrl is not None and not args.purejaxrl.is_file():
+        p.error(f"--purejaxrl: {str(args.purejaxrl)!r} does not exist")
+    module = None
+    if args.purejaxrl is not None:
+        import _purejaxrl
+
+        module = _purejaxrl.load(args.purejaxrl)
+    from throughput import env_only_steps_per_second
+
+    results = []
+    for width in args.num_envs:
+        raw = raw_config(args.config, [*args.overrides, f"num_envs={width}"])
+        steps = raw.get("num_steps", ControlFields.model_fields["num_steps"].default)
+        total = args.iterations * width * int(steps)
+        config = load_config(None, base={**raw, "total_env_steps": total})
+        line = {
+            "num_envs": width,
+            "num_steps": config.num_steps,
+            "ours": profile(config, args.repeats),
+        }
+        if module is not None:
+            line["purejaxrl"] = purejaxrl_iteration(module, config, args.repeats)
+        line["env_only_random_steps_per_second"] = env_only_steps_per_second(
+            config.env, width, config.num_steps, total
+        )
+        print(line, flush=True)
+        results.append(line)
+    header = {"device": jax.devices()[0].device_kind, "backend": jax.default_backend()}
+    publish("profile_ppo", {**header, "config": args.config, "results": results}, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
