@@ -1,5 +1,8 @@
 """Config loading, validation and the CLI's answer to bad input (one line, exit 2, no files)."""
 
+import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -8,11 +11,20 @@ import jax
 import numpy as np
 import pytest
 
+import rlax_trpo
 import train
 from rlax_trpo import Config, HParams, load_config
 from rlax_trpo.algorithms.ppo import PPOHParams
-from rlax_trpo.config import ControlHParams, config_from_dict, parse_overrides, read_yaml
-from rlax_trpo.errors import ConfigError
+from rlax_trpo.config import (
+    ControlHParams,
+    config_from_dict,
+    merge_overrides,
+    parse_overrides,
+    read_yaml,
+)
+from rlax_trpo.config.sweep import MAX_SETTINGS, Sweep, parse_sweeps
+from rlax_trpo.errors import ConfigError, RunFailed
+from rlax_trpo.experiment import driver, plan
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -62,6 +74,16 @@ def test_overrides_parse_yaml_values():
     assert float(config.hp.learning_rate) == pytest.approx(1e-3)
 
 
+# Bad input, one row each: (command line, the start of its one error line). A row may also be
+# a Python-API row, (a dict of `Config.create` keyword arguments, the start of the line), run
+# at the command line as `key=<JSON value>` overrides. Every row the Python API can express (a
+# dict, or `key=value` overrides only) must be refused by `Config.create` with the same line
+# (test_config_create_refuses_what_the_command_line_refuses). Rows of checks that today's code
+# lacked carry `total_env_steps=256` where the run would otherwise train for minutes before
+# the test could fail.
+SMALL = "total_env_steps=256"
+LR_GRID = ",".join(f"{(i + 1) * 1e-5:g}" for i in range(101))  # 101 x 100 > MAX_SETTINGS
+ENT_GRID = ",".join(f"{i * 1e-3:g}" for i in range(100))
 BAD_INPUTS = [
     (["--config", "configs/does_not_exist.yaml"], "does not exist"),
     (["--config", "{malformed}"], "not valid YAML"),
@@ -97,8 +119,9 @@ BAD_INPUTS = [
     (["env_kwargs={max_steps_in_episode: 2.5}"], "env_kwargs.max_steps_in_episode: CartPole-v1 e"),
     (["env_kwargs={bogus: 1}"], "env_kwargs.bogus: not a parameter of CartPole-v1; allowed:"),
     (["env_kwargs=notadict"], "env_kwargs: Input should be a valid dictionary"),
-    (["--seed", str(2**70)], "--seed: must be an integer from 0 to 2**63 - 1"),
-    (["--seed", "-1"], "--seed: must be an integer from 0 to 2**63 - 1"),
+    (["--seed", str(2**70)], "--seed: must be an integer from 0 to 4294967294"),
+    (["--seed", "-1"], "--seed: must be an integer from 0 to 4294967294"),
+    (["--seed", str(2**32), SMALL], "--seed: must be an integer from 0 to 4294967294"),
     (["--num-processes", "2"], "--num-processes: a multi-process run needs --coordinator-address"),
     (["--coordinator-address", "notaport", "--num-processes", "2", "--process-id", "0"],
      "--coordinator-address: expected HOST:PORT"),
@@ -123,11 +146,74 @@ BAD_INPUTS = [
     (["--config", "{list}"], "must hold a mapping of keys, not a list"),
     (["--import", "{broken_plugin}"], "failed to import: SyntaxError"),
     (["--resume", "{not_a_run}"], "is not a run folder"),
+    ({"env": "CartPole-v2"}, "env: unknown environment 'CartPole-v2'"),  # Config.create(env=)
+    # sizes JAX holds in int32, values that do not fit JAX's types
+    (["num_envs=100000000", "total_env_steps=3200000000"],
+     "num_envs x num_steps: 100000000 x 32 = 3200000000 does not fit int32"),
+    (["env_kwargs={max_steps_in_episode: 1000000000000}"],
+     "env_kwargs.max_steps_in_episode: 1000000000000 does not fit int32"),
+    (["env_kwargs={gravity: 1.0e+39}", SMALL], "env_kwargs.gravity: 1e+39 does not fit float32"),
+    (["num_envs=1", "num_steps=1", "total_env_steps=1000000000000"],
+     "total_env_steps: 1000000000000 is 1000000000000 iterations of num_envs x num_steps = 1"),
+    (["ref_refresh_every=3000000000", "algorithm=grpo", "num_envs=8", "num_minibatches=1", SMALL],
+     "ref_refresh_every: 3000000000 does not fit int32"),
+    (["hp.learning_rate=1.0e+39", SMALL], "hp.learning_rate: 1e+39 does not fit float32"),
+    ({"algorithm": "grpo_lm", "num_iterations": 10**12},
+     "num_iterations: 1000000000000 does not fit int32"),
+    (["--seeds", "3000000000"], "--seeds: 1 setting(s) x 3000000000 seed(s) = 3000000000 members"),
+    # the population against the machine's memory (an absurd population)
+    (["--seeds", "100000000"], "--seeds: 1 setting(s) x 100000000 seed(s) = 100000000 member(s) "
+     "need at least"),
+    # a field that does nothing without another
+    (["n_step=3", SMALL], "n_step: read only with advantage: nstep"),
+    (["advantage=mc", "hp.gae_lambda=0.9", SMALL], "hp.gae_lambda: read only with advantage: gae"),
+    (["optimizer=sgd", "adam_eps=1.0e-8", SMALL], "adam_eps: read only with optimizer: adam"),
+    (["hp.value_clip_eps=0.3", SMALL], "hp.value_clip_eps: read only with clip_value_loss: true"),
+    (["penalty=kl_fixed", "hp.kl_target=0.02", SMALL],
+     "hp.kl_target: read only with penalty: kl_adaptive"),
+    (["hp.kl_beta=2.0", SMALL], "hp.kl_beta: read only with penalty: kl_fixed | kl_adaptive"),
+    (["memory_size=64", SMALL],
+     "memory_size: read only with memory: gru | lstm (or value_memory: gru | lstm)"),
+    (["algorithm=trpo", "vine_horizon=8", SMALL], "vine_horizon: read only with sampling: vine"),
+    (["algorithm=trpo", "cg_solver=scan", "hp.cg_tol=0.001", SMALL],
+     "hp.cg_tol: read only with cg_solver: jax"),
+    (["std_ddof=1", "algorithm=grpo", "num_envs=8", "num_minibatches=1", "group_advantage=rloo",
+      SMALL], "std_ddof: read only with group_advantage: grpo"),
+    ({"algorithm": "grpo_lm", "num_iterations": 1, "hp": {"sapo_temperature_pos": 2.0}},
+     "hp.sapo_temperature_pos: read only with loss_type: sapo"),
+    ({"algorithm": "grpo_lm", "num_iterations": 1, "warm_start_batch_size": 8},
+     "warm_start_batch_size: read only with warm_start_steps > 0"),
+    # sweeps, and the run folder
+    (["--sweep", "hp.learning_rate=1e-3,1e-4", "hp.learning_rate=5e-4", SMALL],
+     "--sweep hp.learning_rate: also set by the override hp.learning_rate=0.0005"),
+    (["--sweep", "hp.learning_rate=1e-3,1e-4", "hp={learning_rate: 0.0005}", SMALL],
+     "--sweep hp.learning_rate: also set by the override hp.learning_rate=0.0005"),
+    (["--sweep", f"hp.learning_rate={LR_GRID}", "--sweep", f"hp.ent_coef={ENT_GRID}"],
+     "--sweep: 101 (hp.learning_rate) x 100 (hp.ent_coef) = 10100 settings; at most 10,000"),
+    (["--out", "", SMALL], "argument --out: an empty path (it would be the current directory)"),
+    (["--resume", ""], "argument --resume: an empty path (it would be the current directory)"),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("argv, expected", BAD_INPUTS, ids=[b[1][:30] for b in BAD_INPUTS])
-def test_bad_input_one_line_exit_2_nothing_written(argv, expected, tmp_path, capsys, monkeypatch):
+def _row(row) -> tuple[list[str], str, dict | None]:
+    """A table row as (command line, expected start of the line, Config.create's keyword
+    arguments or None when the Python API cannot express it)."""
+    argv, expected = row
+    if isinstance(argv, dict):  # a Python-API row
+        return [f"{k}={json.dumps(v)}" for k, v in argv.items()], expected, argv
+    overrides_only = all("=" in a and not a.startswith("-") for a in argv)
+    fields = merge_overrides({}, parse_overrides(argv)) if overrides_only else None
+    return argv, expected, fields
+
+
+ROWS = [_row(row) for row in BAD_INPUTS]
+IDS = [expected[:30] for _, expected, _ in ROWS]
+API_ROWS = [(argv, fields) for argv, _, fields in ROWS if fields is not None]
+
+
+def _cli_error(argv: list[str], tmp_path: Path, capsys, monkeypatch) -> tuple[int, str]:
+    """Run the command line on a table row: its exit status and stderr; checks that nothing
+    was written (no run folder, nothing in the working directory either)."""
     monkeypatch.chdir(ROOT)
     bad = tmp_path / "bad.yaml"
     if argv[:2] == ["--config", "{malformed}"]:
@@ -147,15 +233,62 @@ def test_bad_input_one_line_exit_2_nothing_written(argv, expected, tmp_path, cap
     if argv == ["--resume", "{not_a_run}"]:
         out.mkdir()
         argv, out = ["--resume", str(out)], tmp_path / "nothing"
-    code = train.main(
-        [*argv, *([] if "--resume" in argv else ["--out", str(out)]), "--no-progress"]
-    )
+    own_folder = "--resume" in argv or "--out" in argv
+    if "--out" in argv:  # the row's own --out: run where it must write nothing
+        cwd = tmp_path / "cwd"
+        cwd.mkdir()
+        monkeypatch.chdir(cwd)
+    code = train.main([*argv, *([] if own_folder else ["--out", str(out)]), "--no-progress"])
     err = capsys.readouterr().err.strip()
-    assert code == 2
+    assert not out.exists()
+    assert "--out" not in argv or not any(cwd.iterdir())
+    return code, err
+
+
+@pytest.mark.parametrize("argv, expected, fields", ROWS, ids=IDS)
+def test_bad_input_one_line_exit_2_nothing_written(
+    argv, expected, fields, tmp_path, capsys, monkeypatch
+):
+    code, err = _cli_error(argv, tmp_path, capsys, monkeypatch)
+    assert code == 2, err
     first, *listing = err.splitlines()  # only an unknown environment lists names below
     assert first.startswith("error: ") and (not listing or "unknown environment" in first), err
     assert expected in first, err
-    assert not out.exists()
+
+
+@pytest.mark.parametrize("argv, fields", API_ROWS, ids=[" ".join(a)[:40] for a, _ in API_ROWS])
+def test_config_create_refuses_what_the_command_line_refuses(
+    argv, fields, tmp_path, capsys, monkeypatch
+):
+    """`Config.create` (the Python API's way to a config) refuses every row it can express
+    with the command line's line, word for word."""
+    with pytest.raises(ConfigError) as refused:
+        Config.create(**fields)
+    code, err = _cli_error(argv, tmp_path, capsys, monkeypatch)
+    assert code == 2, err
+    assert f"error: {refused.value}".splitlines()[0] == err.splitlines()[0]
+
+
+def test_fields_read_in_any_case_and_defaults_are_accepted():
+    """A field some section reads whatever its condition (VPG's critic is fitted by Adam,
+    so `adam_eps` counts with `optimizer: sgd`), and every conditional field at its default
+    without its condition (as every saved config.yaml holds them), are accepted."""
+    assert Config.create(algorithm="vpg", optimizer="sgd", adam_eps=1e-6).adam_eps == 1e-6
+    with pytest.raises(ConfigError, match="adam_eps: read only with optimizer: adam"):
+        Config.create(algorithm="ppo", optimizer="sgd", adam_eps=1e-6)
+    for name in ("ppo", "trpo", "npg", "vpg", "grpo"):
+        saved = Config.create(algorithm=name, num_envs=8).to_dict()
+        assert config_from_dict(saved).to_dict() == saved
+
+
+def test_env_kwargs_fit_the_parameter_they_replace():
+    """An environment parameter of a narrower type than JAX's int32 / float32 bounds its
+    `env_kwargs` value too (the configuration's own check covers int32 and float32)."""
+    from rlax_trpo.envs.gymnax_suite import check_param
+
+    with pytest.raises(ConfigError, match=r"env_kwargs.k: 300 does not fit X's uint8 \(0 to 255\)"):
+        check_param("X", "k", 300, np.uint8(3))
+    check_param("X", "k", 255, np.uint8(3))
 
 
 def test_cli_exit_status_is_2_in_a_real_process(tmp_path):
@@ -230,3 +363,110 @@ def test_one_source_of_defaults(tmp_path, capsys):
     run(Config.create(total_env_steps=512, eval_episodes=1), out=tmp_path / "api", progress=False)
     cli, api = ((tmp_path / d / "config.yaml").read_bytes() for d in ("cli", "api"))
     assert cli == api
+
+
+# --- the checks that need more than a config: the run's plan, its memory, its signals --------
+
+
+def _plan(config, **given) -> driver.RunPlan:
+    fields = dict.fromkeys(driver.RunPlan._fields)
+    fields.update(config=config, shard="population", progress=False, tensorboard=False)
+    return plan.plan_run(driver.RunPlan(**{**fields, **given}))
+
+
+def test_a_grid_beyond_the_limit_is_refused_before_its_values_are_checked(monkeypatch):
+    """`--sweep` (parse_sweeps) and the Python API (`run(sweep=...)`, through plan_run)
+    refuse a grid of more than MAX_SETTINGS settings with the same line, without building
+    the grid or validating one value."""
+    config = Config.create()
+    items = [f"hp.learning_rate={LR_GRID}", f"hp.ent_coef={ENT_GRID}"]
+    monkeypatch.setattr(Config, "replace", lambda *a, **k: pytest.fail("a value was checked"))
+    with pytest.raises(ConfigError, match=f"= 10100 settings; at most {MAX_SETTINGS:,}") as cli:
+        parse_sweeps(items, config)
+    monkeypatch.undo()
+    grid = Sweep(("hp.learning_rate", "hp.ent_coef"), (tuple(range(1, 102)), tuple(range(100))))
+    with pytest.raises(ConfigError) as api:
+        _plan(config, sweep=grid)
+    assert str(api.value) == str(cli.value)
+    assert len(parse_sweeps(["hp.learning_rate=1e-3,1e-4"], config).settings) == 2
+
+
+def test_a_swept_key_given_as_an_override_too_is_refused():
+    """`--sweep hp.x=...` with an override of hp.x (dotted or inside `hp={...}`): config.yaml
+    would record a value no member used. Other overrides go with a sweep."""
+    config = Config.create()
+    for override in ("hp.learning_rate=5e-4", "hp={learning_rate: 0.0005, gamma: 0.9}"):
+        with pytest.raises(ConfigError, match="--sweep hp.learning_rate: also set by the over"):
+            parse_sweeps(["hp.learning_rate=1e-3,1e-4"], config, [override])
+    sweep = parse_sweeps(["hp.learning_rate=1e-3,1e-4"], config, ["hp.gamma=0.9", "num_envs=4"])
+    assert sweep.names == ("hp.learning_rate",)
+
+
+def test_the_python_api_refuses_the_run_arguments_the_command_line_does(tmp_path, monkeypatch):
+    """`rlax_trpo.run(out="")` (it would write into the working directory), `resume=""`, and
+    a seed beyond JAX's 32 bits (`seed=2**32` would repeat seed 0's run)."""
+    monkeypatch.chdir(tmp_path)
+    config = Config.create(total_env_steps=256)
+    for flag in ("out", "resume"):
+        with pytest.raises(ConfigError, match=f"--{flag}: an empty path"):
+            rlax_trpo.run(config, **{flag: ""}, progress=False)
+    with pytest.raises(ConfigError, match="--seed: must be an integer from 0 to 4294967294"):
+        rlax_trpo.run(config, seed=2**32, out=tmp_path / "run", progress=False)
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_population_the_host_cannot_hold_is_refused_before_anything_is_allocated(
+    tmp_path, capsys, monkeypatch
+):
+    """The state and one rollout of the population against the host's available memory
+    (here 1 kB): one line with the estimate, exit 2, nothing written."""
+    monkeypatch.setattr(plan, "host_memory_available", lambda: 1000)
+    out = tmp_path / "run"
+    assert train.main(["--seeds", "2", SMALL, "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("error: --seeds: 1 setting(s) x 2 seed(s) = 2"), err
+    assert "more than the 1.0 kB available on this host" in err, err
+    assert not out.exists()
+
+
+class _FakeGPU:
+    platform, device_kind, process_index = "gpu", "Fake GPU", 0
+
+    def memory_stats(self):
+        return {"bytes_limit": 2_000_000, "bytes_in_use": 1_000_000}
+
+
+def test_on_a_gpu_the_memory_is_the_devices_own(monkeypatch):
+    """On devices that report their memory (`memory_stats`), their free memory counts, not
+    the host's."""
+    config = Config.create(total_env_steps=256)
+    program = driver.make_program(config)
+    checked = _plan(config, seeds=64)._replace(num_iterations=program.num_iterations)
+    monkeypatch.setattr(plan.jax, "devices", lambda: [_FakeGPU()])
+    with pytest.raises(
+        ConfigError, match=r"more than the 1.0 MB of 1 GPU device\(s\) \(Fake GPU\)"
+    ):
+        plan.check_memory(checked, program)
+    monkeypatch.setattr(_FakeGPU, "memory_stats", lambda self: None)  # says nothing: no check
+    plan.check_memory(checked, program)
+
+
+def test_a_signal_before_the_run_begins_stops_it_at_once(tmp_path, monkeypatch):
+    """Planning, building and placing a run (tracing its initialisation) write nothing, so a
+    signal there stops the run at once (not after its first chunk): one line, exit status
+    128 + signal, no run folder. tests/test_resume.py has the signals once it has begun."""
+    build = driver.build
+
+    def signalled_build(*args):
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives while the build runs Python code
+        return build(*args)
+
+    monkeypatch.setattr(driver, "build", signalled_build)
+    handler = signal.getsignal(signal.SIGTERM)
+    out = tmp_path / "run"
+    with pytest.raises(RunFailed) as stopped:
+        rlax_trpo.run(Config.create(total_env_steps=256), out=out, progress=False)
+    assert str(stopped.value) == "interrupted by SIGTERM before the run began; nothing was written"
+    assert stopped.value.status == 128 + signal.SIGTERM
+    assert not out.exists()
+    assert signal.getsignal(signal.SIGTERM) is handler  # the handlers are given back

@@ -32,7 +32,6 @@ from gymnax.environments import environment, spaces
 import rlax_trpo
 import rlax_trpo.config as config_lib
 from rlax_trpo import Algorithm, Config, ConfigError
-from rlax_trpo.experiment import checkpoint
 from rlax_trpo.advantages import monte_carlo_from_env
 from rlax_trpo.algorithms import sections
 from rlax_trpo.algorithms.common import (
@@ -41,9 +40,10 @@ from rlax_trpo.algorithms.common import (
     optimizer_step,
     set_learning_rate,
 )
-from rlax_trpo.envs import Env, EnvSpec, StepResult, valid_env_names
-from rlax_trpo.losses import normalize, policy_gradient_loss
 from rlax_trpo.config.plugins import import_plugin
+from rlax_trpo.envs import Env, EnvSpec, StepResult, valid_env_names
+from rlax_trpo.experiment import checkpoint
+from rlax_trpo.losses import normalize, policy_gradient_loss
 from rlax_trpo.types import Batch, Params, Trajectory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -292,6 +292,42 @@ def test_a_toy_algorithm_registers_and_trains_with_run(tmp_path):
     # A random CartPole policy lasts ~22 steps; REINFORCE at this budget roughly triples it.
     first, last = np.nanmean(ret[:, :3]), summary["final_return_mean"]
     assert first < 40 and last > 60, (first, last)
+
+
+def test_the_documented_registration_without_fields_makes_configs(tmp_path, capsys):
+    """`register_algorithm(name, "module:attribute")`, `fields` left at its default (no
+    fields of its own): its configs are the shared fields (pydantic refused to build their
+    class: an MRO TypeError, exit 1 under `train --import`). A field its factory reads
+    without declaring it is one line, exit 2, nothing written; parts of the wrong kind are
+    refused when they are registered."""
+    import train
+
+    plugin = tmp_path / "my_ppo_plugin.py"
+    plugin.write_text(
+        "from rlax_trpo import register_algorithm\n"
+        'register_algorithm("my_ppo", "rlax_trpo.algorithms.ppo:make_ppo")\n'
+    )
+    import_plugin(str(plugin))
+    config = Config.create(algorithm="my_ppo", num_envs=4)
+    assert config.num_envs == 4 and config.to_dict()["hp"] == {"gamma": pytest.approx(0.99)}
+    assert set(config.to_dict()) == {*config_lib.ControlFields.model_fields, "hp"}
+    with pytest.raises(ConfigError, match="num_epochs: not read by algorithm my_ppo; read by ppo"):
+        Config.create(algorithm="my_ppo", num_epochs=2)
+
+    out = tmp_path / "run"
+    argv = ["--import", str(plugin), "algorithm=my_ppo", "--out", str(out), "--no-progress"]
+    assert train.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: optimizer: algorithm my_ppo reads a field it does not declare")
+    assert "\n" not in err and not out.exists(), err
+
+    # The kind's shared fields themselves as `fields`; then parts of the wrong kind.
+    rlax_trpo.register_algorithm("toy_shared", make_toy_reinforce, fields=config_lib.ControlFields)
+    assert Config.create(algorithm="toy_shared").env == "CartPole-v1"
+    for part, wrong in (("fields", dict), ("hparams", sections.OptimizerFields), ("base", int)):
+        with pytest.raises(ValueError, match=f"register_algorithm: {part} must be a subclass"):
+            rlax_trpo.register_algorithm("wrong", make_toy_reinforce, **{part: wrong})
+    assert "wrong" not in rlax_trpo.algorithm_names()
 
 
 # --- a user environment: a one-step bandit whose arm 1 pays 1 ----------------------------

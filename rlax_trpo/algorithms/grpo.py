@@ -50,7 +50,7 @@ from rlax_trpo.algorithms.grouped import (
 )
 from rlax_trpo.algorithms.sections import OptimizerFields, OptimizerHParams
 from rlax_trpo.config.configuration import Config
-from rlax_trpo.config.fields import HParams, hp_field
+from rlax_trpo.config.fields import HParams, hp_field, read_with
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.networks import Networks, policy_on
 from rlax_trpo.types import Params, Trajectory
@@ -68,6 +68,11 @@ class GRPOFields(OptimizerFields):
     per_step_returns: bool = False  # process supervision: normalised returns-to-go
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     ref_refresh_every: int = Field(0, ge=0)  # 0: pi_ref is the initial policy
+
+    read_only_with = {  # only group_advantage: grpo divides by the group's std
+        "std_ddof": read_with("group_advantage", "grpo"),
+        "hp.std_floor": read_with("group_advantage", "grpo"),
+    }
 
 
 @flax.struct.dataclass

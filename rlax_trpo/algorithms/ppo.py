@@ -33,7 +33,7 @@ from rlax_trpo.algorithms.sections import (
     OptimizerHParams,
 )
 from rlax_trpo.config.configuration import Config
-from rlax_trpo.config.fields import HParams, hp_field
+from rlax_trpo.config.fields import HParams, hp_field, read_with
 from rlax_trpo.networks import Networks, policy_and_value_on, policy_on
 from rlax_trpo.types import Batch, Params
 
@@ -45,6 +45,12 @@ class PPOFields(OptimizerFields, AdvantageFields, MinibatchFields):
     num_minibatches: int = Field(1, gt=0)
     clip_value_loss: bool = False
     penalty: Literal["clip", "kl_fixed", "kl_adaptive"] = "clip"  # PPO paper, sec. 3 / 4
+
+    read_only_with = {
+        "hp.value_clip_eps": read_with("clip_value_loss", True),
+        "hp.kl_beta": read_with("penalty", "kl_fixed", "kl_adaptive"),
+        "hp.kl_target": read_with("penalty", "kl_adaptive"),
+    }
 
     @model_validator(mode="after")
     def _minibatches_divide_the_batch(self) -> PPOFields:

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import flax.struct
 from pydantic import Field, PositiveInt
 
+from rlax_trpo.config.checks import ALWAYS_READ, read_with
 from rlax_trpo.config.fields import ControlHParams, Section, hp_field
 
 # ---------------------------------------------------------------- static fields
@@ -25,6 +26,8 @@ class OptimizerFields(Section):
     adam_eps: float = Field(1e-5, gt=0)
     anneal_lr: bool = True  # learning rate decays linearly to 0 over the run
 
+    read_only_with = {"adam_eps": read_with("optimizer", "adam")}
+
 
 class AdvantageFields(Section):
     """Advantage estimation against a critic (`common.estimate_advantages`)."""
@@ -34,6 +37,11 @@ class AdvantageFields(Section):
     normalize_advantages: bool = True
     value_hidden_sizes: tuple[PositiveInt, ...] | None = None  # critic (None: as the policy)
     value_memory: Literal["none", "gru", "lstm"] | None = None  # critic (None: as the policy)
+
+    read_only_with = {
+        "n_step": read_with("advantage", "nstep"),
+        "hp.gae_lambda": read_with("advantage", "gae"),
+    }
 
 
 class MinibatchFields(Section):
@@ -48,6 +56,8 @@ class CriticFitterFields(MinibatchFields):
     adam_eps: float = Field(1e-5, gt=0)
     value_epochs: int = Field(10, gt=0)
     value_minibatches: int = Field(4, gt=0)
+
+    read_only_with = {"adam_eps": ALWAYS_READ}  # the critic's Adam, whatever the policy's
 
 
 # ---------------------------------------------------------------- hyperparameters

@@ -75,7 +75,16 @@ class Config:
         )
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._model, name)
+        try:
+            return getattr(self._model, name)
+        except AttributeError:
+            if name.startswith("_"):
+                raise
+            raise UndeclaredField(
+                f"{name}: algorithm {self._model.algorithm} reads a field it does not "
+                f"declare; its registration lists the fields it reads "
+                f"(register_algorithm(..., fields=...), docs/extending.md)"
+            ) from None
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Config is frozen; use config.replace(...)")
@@ -99,6 +108,12 @@ class Config:
         return _plain(self._model.model_dump())
 
 
+class UndeclaredField(ConfigError, AttributeError):
+    """An algorithm's code reads a configuration field that its registry entry does not
+    declare (`register_algorithm(..., fields=...)`): one line naming the field. An
+    AttributeError too, so `getattr(config, name, default)` still works."""
+
+
 def _plain(x: Any) -> Any:
     if isinstance(x, dict):
         return {k: _plain(v) for k, v in x.items()}
@@ -112,9 +127,21 @@ def config_model(spec: Any) -> type[BaseModel]:
     hp_model = hparams_model(spec.hparams)
     return create_model(
         f"{spec.fields.__name__}Config",
-        __base__=(spec.fields, spec.base),
+        __base__=model_bases(spec.fields, spec.base),
         hp=(hp_model, Field(default_factory=hp_model)),
     )
+
+
+def model_bases(*classes: type) -> tuple[type, ...]:
+    """`classes` without those another of them already derives from (or repeats), in order:
+    bases a class can be made of. An algorithm registered without fields of its own has the
+    bare `Section`, which the kind's shared fields already derive from."""
+    kept: list[type] = []
+    for cls in classes:
+        if cls in kept or any(issubclass(other, cls) for other in classes if other is not cls):
+            continue
+        kept.append(cls)
+    return tuple(kept)
 
 
 def validate_config(raw: Any) -> tuple[BaseModel, Any]:
@@ -142,10 +169,6 @@ def validate_config(raw: Any) -> tuple[BaseModel, Any]:
             f"{key}: algorithm {name} does not read memory networks' sequences "
             f"(registered without memory=True); use {key}=none"
         )
-    fields = type(model).model_fields
-    if not (policy_cell or value_cell) and "memory_size" in fields:
-        if model.memory_size != fields["memory_size"].default:
-            raise ConfigError("memory_size: read only with memory: gru | lstm (or value_memory)")
     return model, spec
 
 

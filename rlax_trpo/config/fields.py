@@ -2,8 +2,10 @@
 sections (`Section`), the fields of every run (`RunFields`) and of every control run
 (`ControlFields`). Algorithms compose their own sections from these
 (`rlax_trpo.algorithms.sections`); `rlax_trpo.config` assembles and validates a whole
-configuration. This module imports nothing else of the package (but the CPU setup and the
-environment check, on use), so every algorithm can declare its section here without an import cycle.
+configuration. This module imports nothing else of the package but its checks
+(`rlax_trpo.config.checks`, which every configuration gets through `RunFields`) and, on use,
+the CPU setup and the environment check, so every algorithm can declare its section here
+without an import cycle.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import flax.struct
 import jax.numpy as jnp
@@ -28,6 +30,8 @@ from pydantic import (
     model_validator,
 )
 
+from rlax_trpo.config import checks
+from rlax_trpo.config.checks import INT32_MAX, ReadWith, read_with
 from rlax_trpo.errors import ConfigError
 
 DEFAULT_ALGORITHM = "ppo"
@@ -87,9 +91,22 @@ def hparams_model(hparams_cls: type) -> type[BaseModel]:
 
 class Section(BaseModel):
     """Base of every group of static fields: unknown keys, NaN/inf and booleans given for
-    numbers are refused; frozen."""
+    numbers are refused; frozen.
+
+    Class attributes a section may declare (each merged over the classes a configuration is
+    made of; `RunFields` checks them):
+      read_only_with: `{key: read_with(field, *values)}`: `key` (`"hp.x"` for a
+        hyperparameter) does nothing unless `field` holds one of `values`; a changed value
+        without it is an error naming the field, the default is accepted. `ALWAYS_READ` (a
+        section whose code reads the key in any case) overrides the others' conditions.
+      int32_products: `{"a x b": ("a", "b")}`: products of fields that JAX holds in int32.
+      host_integers: integer fields only the host reads (exempt from the int32 check).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    read_only_with: ClassVar[dict[str, tuple[ReadWith, ...]]] = {}
+    int32_products: ClassVar[dict[str, tuple[str, ...]]] = {}
+    host_integers: ClassVar[tuple[str, ...]] = ()
 
     @field_validator("*", mode="before")
     @classmethod
@@ -114,7 +131,8 @@ def _leaf_types(annotation: Any) -> set:
 
 
 class RunFields(Section):
-    """Fields of every configuration, of any kind."""
+    """Fields of every configuration, of any kind, and the checks every configuration gets
+    (`rlax_trpo.config.checks`): numbers that fit JAX's types, conditional fields."""
 
     algorithm: str = DEFAULT_ALGORITHM  # a name in the algorithm registry
     # Modules imported before the config is validated (plugins that register algorithms,
@@ -125,6 +143,12 @@ class RunFields(Section):
 
     def host_checks(self) -> None:
         """Checks that need more than the values (e.g. that an environment exists)."""
+
+    @model_validator(mode="after")
+    def _checked(self) -> RunFields:
+        checks.check_numbers(self)  # every number fits JAX's types
+        checks.check_conditions(self)  # no field set that does nothing without another
+        return self
 
 
 class ControlFields(RunFields):
@@ -153,12 +177,25 @@ class ControlFields(RunFields):
     # Evaluation.
     eval_episodes: int = Field(10, gt=0)
 
+    # memory_size is the width of a memory network's state, the policy's or the critic's
+    read_only_with = {
+        "memory_size": read_with("memory", "gru", "lstm") + read_with("value_memory", "gru", "lstm")
+    }
+    int32_products = {"num_envs x num_steps": ("num_envs", "num_steps")}
+    host_integers = ("total_env_steps",)  # only its number of iterations reaches JAX
+
     @model_validator(mode="after")
     def _at_least_one_iteration(self) -> ControlFields:
         if self.total_env_steps < self.batch_size:
             raise ValueError(
                 f"total_env_steps: {self.total_env_steps} is less than one iteration "
                 f"(num_envs x num_steps = {self.batch_size})"
+            )
+        if self.num_iterations > INT32_MAX:
+            raise ValueError(
+                f"total_env_steps: {self.total_env_steps} is {self.num_iterations} iterations "
+                f"of num_envs x num_steps = {self.batch_size} steps; JAX counts iterations in "
+                f"int32 (at most {INT32_MAX})"
             )
         if self.num_envs % self.reset_ratio:
             raise ValueError(
@@ -171,6 +208,8 @@ class ControlFields(RunFields):
 
         platform.setup_cpu_for_run()  # the name check imports gymnax, which starts JAX
         envs.check_env_name(self.env)
+        if self.env_kwargs:  # each suite checks its parameters as it builds the environment
+            checks.check_env_kwargs(self.env, self.env_kwargs)
 
     @property
     def batch_size(self) -> int:

@@ -114,7 +114,23 @@ def register_algorithm(
             raise ValueError("register_algorithm: pass either an AlgorithmSpec or its parts")
         _REGISTRY[name] = make
         return
+    _check_parts(fields=fields, hparams=hparams, base=base)
     _REGISTRY[name] = AlgorithmSpec.control(make, fields, hparams, base, program, memory)
+
+
+def _check_parts(**parts: type | None) -> None:
+    """Each part given is a subclass of what it must be: a ValueError naming it otherwise
+    (a configuration of the algorithm could not be made of it)."""
+    from rlax_trpo.config.fields import HParams, RunFields, Section
+
+    kinds = {"fields": Section, "hparams": HParams, "base": RunFields}
+    for part, value in parts.items():
+        kind = kinds[part]
+        if value is not None and not (isinstance(value, type) and issubclass(value, kind)):
+            raise ValueError(
+                f"register_algorithm: {part} must be a subclass of rlax_trpo.config."
+                f"{kind.__name__} (got {value!r})"
+            )
 
 
 def algorithm_names() -> list[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -20,6 +21,7 @@ import jax
 import numpy as np
 
 from rlax_trpo.config.configuration import Config
+from rlax_trpo.config.yamlio import merge_overrides, parse_overrides
 from rlax_trpo.errors import ConfigError
 
 
@@ -47,18 +49,24 @@ class Sweep(NamedTuple):
 NO_SWEEP = Sweep((), ())
 
 
-def parse_sweeps(items: Sequence[str], config: Config) -> Sweep:
+MAX_SETTINGS = 10_000  # the largest grid (settings: the product of the value counts)
+
+
+def parse_sweeps(items: Sequence[str], config: Config, overrides: Sequence[str] = ()) -> Sweep:
     """Parse `--sweep hp.name=v1,v2,...` arguments into a `Sweep` of `config`'s algorithm.
 
     Only `hp.*` fields (traced floats) can be swept in one compiled call; a static field
     (one that fixes a shape or a loop length) is refused with a one-line `ConfigError`, as is
-    a hyperparameter the algorithm does not read. Each value is validated as the
-    hyperparameter it sets.
+    a hyperparameter the algorithm does not read, a key also set by one of the command
+    line's `overrides` (`key=value`: config.yaml would record a value no member used), and a
+    grid of more than `MAX_SETTINGS` settings (checked before any value is). Each value is
+    validated as the hyperparameter it sets.
     """
     hp_names = type(config.hp).names()
     allowed = ", ".join("hp." + k for k in hp_names)
-    names: list[str] = []
-    values: list[tuple[float, ...]] = []
+    given = merge_overrides({}, parse_overrides(list(overrides))).get("hp")
+    given = given if isinstance(given, dict) else {}  # hyperparameters the overrides set
+    grid: dict[str, list[float]] = {}
     for item in items:
         key, sep, text = item.partition("=")
         key = key.strip()
@@ -77,14 +85,35 @@ def parse_sweeps(items: Sequence[str], config: Config) -> Sweep:
             raise ConfigError(
                 f"--sweep {key}: not a hyperparameter of {config.algorithm}; allowed: {allowed}"
             )
-        if key in names:
+        if key in grid:
             raise ConfigError(f"--sweep {key}: given twice; list all its values once")
-        parsed = _numbers(key, text)
-        for v in parsed:  # validate each value against the field's bounds
+        if field in given:
+            raise ConfigError(
+                f"--sweep {key}: also set by the override {key}={given[field]}; "
+                f"give its values in --sweep only (or drop the sweep)"
+            )
+        grid[key] = _numbers(key, text)
+    sweep = Sweep(tuple(grid), tuple(tuple(v) for v in grid.values()))
+    check_grid(sweep)
+    for key, values in grid.items():  # validate each value against the field's bounds
+        for v in values:
             config.replace(**{key: v})
-        names.append(key)
-        values.append(tuple(parsed))
-    return Sweep(tuple(names), tuple(values))
+    return sweep
+
+
+def check_grid(sweep: Sweep) -> None:
+    """A grid of at most `MAX_SETTINGS` settings; a one-line ConfigError otherwise (counted
+    without building it: every setting is a member of one compiled population)."""
+    settings = math.prod(len(v) for v in sweep.values)
+    if settings > MAX_SETTINGS:
+        counts = " x ".join(
+            f"{len(v)} ({n})" for n, v in zip(sweep.names, sweep.values, strict=True)
+        )
+        raise ConfigError(
+            f"--sweep: {counts} = {settings} settings; at most {MAX_SETTINGS:,} in one run "
+            "(every setting runs with every seed in one compiled call): split the grid "
+            "over several runs"
+        )
 
 
 def _numbers(key: str, text: str) -> list[float]:

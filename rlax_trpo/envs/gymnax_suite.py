@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -77,6 +78,11 @@ def check_param(env: str, key: str, value: Any, default: Any) -> None:
         raise ConfigError(f"{where}: {env} expects an integer (got {value!r})")
     if not math.isfinite(value):
         raise ConfigError(f"{where}: must be finite (got {value!r})")
+    dtype = jax.dtypes.canonicalize_dtype(np.asarray(default).dtype)  # as JAX will hold it
+    info, number = (np.iinfo(dtype), int) if kind in "iu" else (np.finfo(dtype), float)
+    low, high = number(info.min), number(info.max)
+    if not low <= value <= high:
+        raise ConfigError(f"{where}: {value!r} does not fit {env}'s {dtype} ({low} to {high})")
     if key.startswith("max_steps") and value < 1:
         raise ConfigError(f"{where}: must be a positive number of steps (got {value!r})")
 

@@ -2,20 +2,32 @@
 `plan_run` before anything is written or started), `Placement` (the population on the
 devices), `Folder` (the run folder) and `Setup` (what the first stages decided, for the
 later ones). Every stage module of `rlax_trpo.experiment` imports its records from here.
+`check_memory` refuses, before anything is compiled or allocated, a population whose state
+and rollout alone exceed the memory of the devices it would run on.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import jax
+import numpy as np
+
 from rlax_trpo.config import sweep as sweeplib
+from rlax_trpo.config.checks import INT32_MAX
 from rlax_trpo.errors import ConfigError
-from rlax_trpo.experiment import loggers
+from rlax_trpo.experiment import loggers, parallel
 from rlax_trpo.experiment.lock import RunLock
 from rlax_trpo.experiment.resume import plan_resume as resume_plan
 from rlax_trpo.types import Program
+
+# A run's keys are drawn from its seed and (the evaluation's) seed + 1; JAX keeps a seed's
+# low 32 bits (64-bit integers are off), so a larger one would repeat a smaller one's run.
+MAX_SEED = 2**32 - 2
 
 
 class RunPlan(NamedTuple):
@@ -103,8 +115,15 @@ def plan_run(given: RunPlan) -> RunPlan:
     ):
         if value is not None and value < 1:
             raise ConfigError(f"{flag}: must be a positive integer (got {value})")
-    if given.seed is not None and not 0 <= given.seed < 2**63:
-        raise ConfigError(f"--seed: must be an integer from 0 to 2**63 - 1 (got {given.seed})")
+    if given.seed is not None and not 0 <= given.seed <= MAX_SEED:
+        raise ConfigError(f"--seed: must be an integer from 0 to {MAX_SEED} (got {given.seed})")
+    for flag, path in (("--out", given.out), ("--resume", given.resume)):
+        if path is not None and not str(path).strip():
+            raise ConfigError(
+                f"{flag}: an empty path (it would be the current directory); give a folder"
+            )
+    if given.sweep is not None:
+        sweeplib.check_grid(given.sweep)
     plan = given
     if given.resume is not None:
         resume = Path(given.resume)
@@ -135,9 +154,16 @@ def plan_run(given: RunPlan) -> RunPlan:
     if given.resume is None and out is not None:
         check_new_folder(out)
     loggers.check_available(plan.tensorboard, plan.wandb)
-    return plan._replace(
+    plan = plan._replace(
         out=out, seeds=plan.seeds or 1, seed=plan.seed or 0, sweep=plan.sweep or sweeplib.NO_SWEEP
     )
+    if plan.population > INT32_MAX:
+        raise ConfigError(
+            f"--seeds: {len(plan.settings)} setting(s) x {plan.seeds} seed(s) = "
+            f"{plan.population} members; JAX indexes the population in int32 (at most "
+            f"{INT32_MAX})"
+        )
+    return plan
 
 
 def check_new_folder(out: Path) -> None:
@@ -157,3 +183,110 @@ def check_new_folder(out: Path) -> None:
             f"--resume {out}, or choose another folder"
         )
     raise ConfigError(f"--out: {str(out)!r} exists and is not an empty directory")
+
+
+def check_memory(plan: RunPlan, program: Program) -> None:
+    """Refuse, in one line, a population that cannot fit: its state (the shapes of the
+    vmapped `program.init`, traced without allocating anything) and one rollout (every
+    step's observations, before and after the step, and four scalars) already exceed the
+    memory of the devices it would run on (CPU: the host's available memory; otherwise the
+    devices' own, `memory_stats`). Compiled programs need more than this, so only what
+    cannot fit is refused; a device that reports nothing is not checked."""
+    num_devices = parallel.choose_num_devices(
+        plan.devices, plan.population, program.num_envs, plan.shard
+    )
+    abstract = _population_state(plan, program)
+    state, obs = _tree_bytes(abstract), getattr(abstract, "obs", None)
+    steps = getattr(plan.config, "num_steps", 0)
+    per_step = 2 * _tree_bytes(obs) + 10 * plan.population * (program.num_envs or 0)
+    rollout = steps * per_step if obs is not None else 0
+    available, where, share = _device_memory(num_devices)
+    state, rollout = int(state * share), int(rollout * share)  # this process's devices' part
+    if available is None or state + rollout <= available:
+        return
+    raise ConfigError(
+        f"--seeds: {len(plan.settings)} setting(s) x {plan.seeds} seed(s) = {plan.population} "
+        f"member(s) need at least {_size(state + rollout)} (state {_size(state)}, one rollout "
+        f"{_size(rollout)}), more than the {_size(available)} {where}; use fewer seeds or "
+        "settings, or a smaller num_envs x num_steps or network"
+    )
+
+
+def _population_state(plan: RunPlan, program: Program) -> Any:
+    """The shapes and dtypes of the population's initial state (`jax.eval_shape`)."""
+    key_data = jax.eval_shape(
+        lambda: jax.random.key_data(jax.random.split(jax.random.key(0), plan.population))
+    )
+    hparams = jax.tree.map(
+        lambda _: jax.ShapeDtypeStruct((plan.population,), np.float32), program.hparams
+    )
+
+    def init_population(keys: Any, hp: Any) -> Any:
+        return jax.vmap(program.init)(jax.random.wrap_key_data(keys), hp)
+
+    return jax.eval_shape(init_population, key_data, hparams)
+
+
+def _tree_bytes(tree: Any) -> int:
+    return sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(tree))  # keys too
+
+
+def _device_memory(num_devices: int) -> tuple[int | None, str, float]:
+    """The memory this process's devices of the run can use, where it is, and their share of
+    the run's devices (each holds at least its share of the population): the host's available
+    memory for CPU devices (which share it), else the sum of the devices' allocator limits
+    less what is in use; None when they do not say."""
+    mine = [d for d in jax.devices()[:num_devices] if d.process_index == jax.process_index()]
+    if not mine:
+        return None, "", 0.0
+    share = len(mine) / num_devices
+    if mine[0].platform == "cpu":
+        return host_memory_available(), "available on this host", share
+    stats = [d.memory_stats() or {} for d in mine]
+    if not all("bytes_limit" in s for s in stats):
+        return None, "", share
+    free = sum(s["bytes_limit"] - s.get("bytes_in_use", 0) for s in stats)
+    kind = f"{mine[0].platform.upper()} device(s) ({mine[0].device_kind})"
+    return free, f"of {len(mine)} {kind}", share
+
+
+def host_memory_available() -> int | None:
+    """Bytes of memory the host can still give this process: the kernel's estimate
+    (`MemAvailable`), capped by a container's limit (cgroup v2 or v1); None if unknown."""
+    limits = []
+    meminfo = _read("/proc/meminfo")
+    for line in (meminfo or "").splitlines():
+        if line.startswith("MemAvailable:"):
+            limits.append(int(line.split()[1]) * 1024)
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        (
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+        ),
+    ):
+        limit, usage = _read(limit_file), _read(usage_file)
+        if limit and usage and limit.strip().isdigit() and usage.strip().isdigit():
+            limits.append(int(limit) - int(usage))
+    if not limits and hasattr(os, "sysconf"):
+        try:
+            limits.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+        except (ValueError, OSError):
+            pass
+    return max(min(limits), 0) if limits else None
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return None
+
+
+def _size(n: int) -> str:
+    """Bytes for people: 1.5 GB, 3.2 TB (powers of 1000)."""
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if n < 1000 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n} B"

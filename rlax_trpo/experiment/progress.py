@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from rlax_trpo.errors import RunFailed
+
 
 class ProgressBar:
     """A tqdm bar fed from inside the compiled run by `jax.debug.callback`.
@@ -82,11 +84,25 @@ class ProgressBar:
                 self.bar.close()
 
 
+class Interrupted(KeyboardInterrupt):
+    """A signal that stopped a run before it began (`StopRequest`); `signum` names it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
 class StopRequest:
     """SIGINT/SIGTERM while a run goes: the first asks it to stop after the current chunk
     (an unchunked run: after its one call) and its checkpoint; a second stops it now.
 
-    The handlers only set a flag, read between chunks. A thread woken by
+    Until `begin` (the driver calls it once the run is planned, built and placed, before it
+    makes the run folder) nothing is written and nothing would be kept, so the first signal
+    stops the run at once: the handler raises `Interrupted` wherever the main thread is
+    (planning, tracing; a native call such as a compilation returns first), and leaving the
+    context turns it into one line, `RunFailed` with exit status 128 + signal.
+
+    After `begin` the handlers only set a flag, read between chunks. A thread woken by
     `signal.set_wakeup_fd` sees each signal at once, even while the main thread waits in a
     compiled call (Python runs its own handlers only between bytecodes): it prints the
     acknowledgement at once and, with `hard=True` (the command line), ends the process on
@@ -98,6 +114,7 @@ class StopRequest:
 
     def __init__(self, hard: bool = False, single_call: bool = False) -> None:
         self.signum: int | None = None
+        self.immediate = True  # before `begin`: a signal stops the run at once
         self.hard = hard
         self.single_call = single_call
         self.kept: Callable[[], str] = lambda: "nothing was kept"
@@ -119,12 +136,19 @@ class StopRequest:
         self._watcher.start()
         return self
 
+    def begin(self) -> None:
+        """From now on (the run folder is about to be made) a first signal stops the run
+        after its current chunk and checkpoint, no longer at once."""
+        self.immediate = False
+
     def _handle(self, signum: int, frame: Any) -> None:
         """The Python-level handler (main thread, between bytecodes); the watcher speaks."""
         if self.signum is None:
             self.signum = signum
         if not self.hard:
             self._restore_handlers()
+        if self.immediate:
+            raise Interrupted(signum)
 
     def _watch(self, read: int) -> None:
         while True:
@@ -142,6 +166,8 @@ class StopRequest:
     def _received(self, signum: int) -> None:
         name = signal.Signals(signum).name
         self._seen += 1
+        if self._seen == 1 and self.immediate:
+            return  # the main thread stops and says so (`Interrupted`)
         if self._seen == 1:
             if self.signum is None:
                 self.signum = signum
@@ -170,12 +196,16 @@ class StopRequest:
             signal.signal(sig, handler)
         self.previous = {}
 
-    def __exit__(self, *exc: Any) -> None:
-        if self._pipe is None:
-            return
-        self._restore_handlers()
-        signal.set_wakeup_fd(self._previous_fd if self._previous_fd is not None else -1)
-        read, write = self._pipe
-        self._pipe = None
-        os.close(write)  # the watcher reads end-of-file and returns
-        self._watcher.join(timeout=5)
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self._pipe is not None:
+            self._restore_handlers()
+            signal.set_wakeup_fd(self._previous_fd if self._previous_fd is not None else -1)
+            read, write = self._pipe
+            self._pipe = None
+            os.close(write)  # the watcher reads end-of-file and returns
+            self._watcher.join(timeout=5)
+        if isinstance(exc, Interrupted):
+            raise RunFailed(
+                f"interrupted by {exc} before the run began; nothing was written",
+                status=128 + exc.signum,
+            ) from None

@@ -19,9 +19,10 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from rlax_trpo.algorithms.base import AlgorithmSpec
-from rlax_trpo.config.fields import RunFields, Section
+from rlax_trpo.config.fields import RunFields, Section, read_with
 from rlax_trpo.lm.model import ModelConfig
 from rlax_trpo.lm.objectives import (
+    CLIP_LOSS_TYPES,
     IMPORTANCE_SAMPLING_LEVELS,
     KL_ESTIMATORS,
     LOSS_AGGREGATIONS,
@@ -31,6 +32,8 @@ from rlax_trpo.lm.tasks import VOCAB_SIZE, Task, make_task
 from rlax_trpo.lm.types import LMGRPOConfig, LMHParams
 
 DEFAULT_DIGITS = {"max_digit": 5, "sort": 4, "add": 3}
+SAPO_HPARAMS = ("hp.sapo_temperature_pos", "hp.sapo_temperature_neg")
+VESPO_HPARAMS = ("hp.vespo_k_pos", "hp.vespo_lambda_pos", "hp.vespo_k_neg", "hp.vespo_lambda_neg")
 
 
 class ModelSection(Section):
@@ -64,6 +67,11 @@ class LMFields(RunFields):
     eval_size: int = Field(1000, ge=1)  # held-out prompts for the greedy accuracy
     eval_every: int = Field(25, ge=1)
     seed: int = 0  # the task's held-out set and nothing else (the run's seeds are --seed)
+
+    read_only_with = {  # the warm start's settings, read only when there is one
+        "warm_start_batch_size": read_with("warm_start_steps"),
+        "hp.warm_start_learning_rate": read_with("warm_start_steps"),
+    }
 
     @model_validator(mode="after")
     def _room_for_the_answer(self):
@@ -117,6 +125,14 @@ class GRPOLMFields(Section):
     mask_zero_std: bool = False
     kl_estimator: Literal[KL_ESTIMATORS] = "k3"
     ref_refresh_every: int = Field(0, ge=0)
+
+    read_only_with = {
+        "std_ddof": read_with("scale_rewards", True),  # the std that scales the rewards
+        "hp.std_floor": read_with("scale_rewards", True),
+        "hp.clip_delta": read_with("loss_type", *CLIP_LOSS_TYPES),
+        **dict.fromkeys(SAPO_HPARAMS, read_with("loss_type", "sapo")),
+        **dict.fromkeys(VESPO_HPARAMS, read_with("loss_type", "vespo")),
+    }
 
     @model_validator(mode="after")
     def _minibatches_divide_the_batch(self):
