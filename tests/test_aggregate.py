@@ -14,7 +14,6 @@ import pytest
 from scipy.stats import trim_mean
 
 from rlax_trpo import cli
-
 from rlax_trpo.report import aggregate
 from rlax_trpo.report.stats import few_seeds_note
 
@@ -299,7 +298,9 @@ def test_score_reads_an_episode_figure_and_a_published_row_label(tmp_path, capsy
         data = json.loads(path.read_text())
         data["summary"]["algorithm"] = algo  # both runs are PPO; the label tells them apart
         data["summary"]["final_episode_figures_per_seed"] = {
-            "score_percent": percents, "achievements": [5.0, 6.0, 7.0, 8.0]}
+            "score_percent": percents,
+            "achievements": [5.0, 6.0, 7.0, 8.0],
+        }
         if label:
             data["algorithm"] = label
         path.write_text(json.dumps(data))
@@ -329,8 +330,10 @@ BAD = {
     "anchors not a mapping": (["{tmp}/results", "--anchors", "{tmp}/list.yaml"], "must hold"),
     "a sweep": (["{tmp}/sweep"], "sweep/summary.json: a sweep of 2 settings"),
     "reps": (["{tmp}/results", "--reps", "0"], "--reps: must be a positive integer"),
-    "score not logged": (["{tmp}/results", "--score", "score_percent"],
-                         "no episode figure 'score_percent' (it has: return)"),
+    "score not logged": (
+        ["{tmp}/results", "--score", "score_percent"],
+        "no episode figure 'score_percent' (it has: return)",
+    ),
 }
 
 
@@ -403,3 +406,197 @@ def test_help_lists_report(capsys):
     with pytest.raises(SystemExit):
         cli.main(["report", "--help"])
     assert "--anchors" in capsys.readouterr().out
+
+
+# ------------------------------------------------- every input gives a report or one line
+
+
+def _sweep_folder(folder: Path, algo: str, env: str, finals: list[list[float | None]]) -> Path:
+    """A sweep's run folder whose summary.json is written as a run writes it
+    (`return_summary`): settings of hp.learning_rate, `finals[i]` the seeds of setting i."""
+    from rlax_trpo.config.sweep import Sweep
+    from rlax_trpo.report.run_files import return_summary, write_json
+
+    rates = (1e-3, 1e-4, 3e-4, 1e-2)[: len(finals)]
+    values = np.array(finals, np.float64).reshape(-1)
+    seeds, its = len(finals[0]), 10
+    done = np.isfinite(values)
+    metrics = {
+        "episode/return_sum": np.repeat(np.where(done, values, 0.0)[:, None], its, 1),
+        "episode/count": np.repeat(done.astype(float)[:, None], its, 1),
+    }
+    summary = return_summary(
+        metrics, np.ones((values.size, 2)), Sweep(("hp.learning_rate",), (rates,)), seeds
+    )
+    summary.update(
+        algorithm=algo, env=env, num_seeds=seeds, num_settings=len(finals), total_env_steps=65536
+    )
+    folder.mkdir(parents=True)
+    write_json(folder / "summary.json", summary)
+    return folder
+
+
+def _unfinished(folder: Path) -> Path:
+    """A run folder that has not written its summary.json (yet)."""
+    (folder / "checkpoint").mkdir(parents=True)
+    (folder / "config.yaml").write_text("algorithm: ppo\n")
+    return folder
+
+
+COMBINATIONS = {  # name -> run folders (algorithm, task, seeds' scores); every one reports
+    "no shared task": [("ppo", "A", [1, 2, 3, 4]), ("trpo", "B", [5, 6, 7, 8])],
+    "no shared task, one seed each": [("ppo", "A", [1]), ("trpo", "B", [2])],
+    "one seed": [("ppo", "A", [3])],
+    "two algorithms, one seed each": [("ppo", "A", [1]), ("trpo", "A", [2])],
+    "one shared task of two": [
+        ("ppo", "A", [1, 2]),
+        ("trpo", "A", [3, 4, 5]),
+        ("ppo", "B", [1, 2, 3, 4, 5]),
+    ],
+    "every score the same": [
+        ("ppo", "A", [2, 2]),
+        ("trpo", "A", [2, 2]),
+        ("ppo", "B", [1, 1]),
+        ("trpo", "B", [1, 1]),
+    ],
+    "one task, seeds unequal": [
+        ("ppo", "A", [1, 2, 3, 4, 5]),
+        ("ppo", "B", [1]),
+        ("trpo", "A", [4]),
+        ("trpo", "B", [1, 9]),
+    ],
+    "three algorithms, disjoint pairs": [
+        ("ppo", "A", [1, 2]),
+        ("trpo", "A", [2, 3]),
+        ("vpg", "B", [1, 3]),
+        ("ppo", "B", [0, 4]),
+    ],
+}
+
+
+@needs_rliable
+@pytest.mark.parametrize("case", sorted(COMBINATIONS))
+def test_every_combination_of_runs_gives_a_report_that_says_what_it_skipped(tmp_path, capsys, case):
+    """Runs that share no task (once `min() arg is an empty sequence`), one seed, flat
+    scores, unequal seeds: a report (exit 0), whatever is skipped said in it."""
+    runs = [
+        _run_folder(tmp_path / f"r{i}", a, t, s) for i, (a, t, s) in enumerate(COMBINATIONS[case])
+    ]
+    out = tmp_path / "report"
+    code, stdout, err = _report([*runs, "--out", out, "--reps", "20"], capsys)
+    assert code == 0 and err == "", err
+    data = json.loads((out / "report.json").read_text())
+    md = (out / "report.md").read_text()
+    for part in ("across_tasks", "probability_of_improvement"):
+        assert (data[part] is None) == (part in data["skipped"]), part
+        if data[part] is None:
+            assert f"Skipped: {data['skipped'][part]}." in md
+    for note in data["notes"]:
+        assert f"- {note}" in md and f"note: {note}" in stdout
+    if case.startswith("no shared task"):
+        assert data["skipped"]["probability_of_improvement"].startswith("no task that every")
+        assert "A: not run by every algorithm" in md and "B: not run by every algorithm" in md
+
+
+@needs_rliable
+def test_an_unfinished_run_is_skipped_with_a_note(tmp_path, capsys):
+    """A run folder without summary.json (still running, or stopped) is left out, one note
+    line per run, printed and in report.md; with no finished run at all, one line."""
+    runs = tmp_path / "runs"
+    _run_folder(runs / "done", "ppo", "A", [1.0, 2.0, 3.0, 4.0])
+    stopped, going = _unfinished(runs / "stopped"), _unfinished(tmp_path / "going")
+    (runs / "tensorboard").mkdir()  # not a run folder: nothing to say
+    out = tmp_path / "report"
+    code, stdout, err = _report([runs, going, "--out", out, "--reps", "20"], capsys)
+    assert code == 0, err
+    md = (out / "report.md").read_text()
+    for run in (stopped, going):
+        note = (
+            f"{run}: skipped, an unfinished run (no summary.json: still running, or "
+            f"stopped; `rlax-trpo train --resume {run}` finishes it)"
+        )
+        assert stdout.count(f"note: {note}\n") == 1 and md.count(f"- {note}\n") == 1, stdout
+    assert "tensorboard" not in stdout
+    code, stdout, err = _report([going, "--out", tmp_path / "none"], capsys)
+    assert code == 2 and stdout == "" and len(err.splitlines()) == 1, err
+    assert err.startswith(f"error: no finished run to report: {going}: skipped, an unfinished")
+
+
+@needs_rliable
+def test_a_sweep_reports_each_setting_or_the_one_chosen(tmp_path, capsys):
+    """Each setting an algorithm of its own, named by its values (a setting with no finished
+    episode left out, said); `--setting N` or `best` reports one under the algorithm's name."""
+    sweep = _sweep_folder(
+        tmp_path / "sweep", "ppo", "A", [[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 9.0], [None] * 4]
+    )
+    file = sweep / "summary.json"
+    out = tmp_path / "report"
+    code, stdout, err = _report([sweep, "--out", out, "--reps", "20"], capsys)
+    assert code == 0, err
+    data = json.loads((out / "report.json").read_text())
+    assert data["algorithms"] == ["ppo (learning_rate=0.0001)", "ppo (learning_rate=0.001)"]
+    assert data["per_task"]["A"]["ppo (learning_rate=0.0001)"]["mean"] == pytest.approx(6.75)
+    assert data["notes"][:2] == [
+        f"{file}: a sweep of 3 settings, each reported as an algorithm of its own, "
+        "`ppo (name=value)` (--setting N or best reports one)",
+        f"{file}: setting 2 (learning_rate=0.0003) left out: no seed finished an episode",
+    ]
+    assert data["probability_of_improvement"] is not None  # two settings compared
+    for chosen, index, mean in (("0", 0, 2.5), ("best", 1, 6.75)):
+        out = tmp_path / f"report_{chosen}"
+        code, stdout, err = _report(
+            [sweep, "--setting", chosen, "--out", out, "--reps", "20"], capsys
+        )
+        assert code == 0, err
+        data = json.loads((out / "report.json").read_text())
+        assert data["algorithms"] == ["ppo"] and data["per_task"]["A"]["ppo"]["mean"] == mean
+        how = "the best, chosen by --setting best" if chosen == "best" else "chosen by --setting"
+        rate = "0.0001" if index else "0.001"
+        note = f"{file}: setting {index} of 3 (learning_rate={rate}), {how}"
+        assert data["notes"] == [note] and f"note: {note}\n" in stdout
+        assert data["settings"]["setting"] == (int(chosen) if chosen.isdigit() else chosen)
+    for chosen, expected in (
+        ("3", f"--setting 3: {file} is a sweep of 3 settings (0 to 2)"),
+        ("2", f"{file}: setting 2: no seed finished an episode"),
+        ("x", "--setting: 'x' is not a setting's index (0, 1, ...) or best"),
+        ("-1", "--setting: '-1' is not a setting's index"),
+    ):
+        code, stdout, err = _report([sweep, "--setting", chosen, "--out", tmp_path / "no"], capsys)
+        assert code == 2 and len(err.splitlines()) == 1 and expected in err, err
+        assert not (tmp_path / "no").exists()
+    plain = _run_folder(tmp_path / "plain", "trpo", "A", [1.0, 2.0])
+    code, stdout, _ = _report([plain, "--setting", "1", "--out", tmp_path / "p"], capsys)
+    assert code == 0 and "note: --setting 1: no input is a sweep, so it chose nothing" in stdout
+
+
+@needs_rliable
+def test_the_per_task_figure_says_what_each_cell_shows(tmp_path):
+    """A point with 4+ seeds is the IQM with its 95% interval; with 2-3 the mean and the
+    range (min to max, as the report's note says); with 1 the seed's value, no bar. The axis
+    names the score in words."""
+    from rlax_trpo.report import render
+
+    runs = [
+        _run_folder(tmp_path / "a", "ppo", "A", [4.0]),
+        _run_folder(tmp_path / "b", "trpo", "A", [1.0, 2.0, 6.0]),
+        _run_folder(tmp_path / "c", "ppo", "B", [1.0, 2.0, 3.0, 4.0, 5.0]),
+    ]
+    report = aggregate.build_report(runs, reps=50, seed=0)
+    fig = render._per_task_figure(report, tmp_path / "per_task.png")
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "IQM, 95% bootstrap CI (4+ seeds)",
+        "mean, range min to max (2-3 seeds)",
+        "the value of its single seed",
+    ]
+    a, b = fig.axes[:2]
+    assert a.get_ylabel() == "final episode return" and "IQM" not in a.get_ylabel()
+    (trpo_bar,) = [c for c in a.collections if len(c.get_segments())]
+    assert trpo_bar.get_segments()[0][:, 1].tolist() == [1.0, 6.0]  # the range, exactly
+    points = {line.get_marker(): line.get_ydata().tolist() for line in a.lines}
+    assert points["D"] == [4.0] and points["s"] == [3.0]  # ppo's one seed, trpo's mean
+    assert "o" not in points and b.lines[0].get_marker() == "o"
+    one = aggregate.build_report([runs[0]], reps=50, seed=0)
+    fig = render._per_task_figure(one, tmp_path / "one.png")
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["the value of its single seed"]
+    assert "one seed's value" in render.FIGURES["per_task.png"]

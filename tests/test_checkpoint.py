@@ -1,6 +1,7 @@
-"""The run record (`rlax_trpo.experiment.record`, also `rlax_trpo.experiment.checkpoint`'s): a run's facts in
-plan.json and each step's meta.json, their format version, and folders of version 1 (written
-before versions existed) still resumed.
+"""The run record (`rlax_trpo.experiment.record`, also `rlax_trpo.experiment.checkpoint`'s):
+a run's facts in plan.json and each step's meta.json, their format version, and folders of
+version 1 (written before versions existed) still resumed. And recovery: a run resumes from
+any surviving copy of its config, eval says what it could not use, old steps are pruned.
 
 tests/data/format_v1/ holds two run folders written by the release before format versions
 (commit 980b8e0), PPO on CartPole-v1 with `hidden_sizes=[8]`, 2 seeds, 3 iterations, a
@@ -20,19 +21,21 @@ import csv
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 import train
 from rlax_trpo import load_policy
+from rlax_trpo.config.sweep import Sweep
 from rlax_trpo.experiment import checkpoint
 from rlax_trpo.experiment import record as run_record
 from rlax_trpo.experiment.checkpoint import CheckpointError, RunRecord
 from rlax_trpo.experiment.saved import SavedRun
-from rlax_trpo.config.sweep import Sweep
 
 V1 = Path(__file__).parent / "data" / "format_v1"
 STOPPED, DIED = "stopped_after_iteration_1", "died_before_first_checkpoint"
@@ -216,3 +219,222 @@ def test_version_1_folders_still_resume_to_the_end(tmp_path, capsys):
     names_died, values_died = _metrics(died)
     assert names_died == names
     np.testing.assert_allclose(values, values_died, rtol=1e-3, atol=1e-6)
+
+
+# ------------------------------------------------ recovery: any copy of the config, messages
+
+
+def _plan_resume(run: Path):
+    """What `--resume RUN` alone continues with (read only: nothing written)."""
+    from rlax_trpo.experiment.resume import plan_resume
+
+    return plan_resume(run, None, None, None, None)
+
+
+def _drop_config(file: Path) -> None:
+    """`file` (a plan.json or meta.json) without its config, as version 1 allowed."""
+    _rewrite(file, lambda data: data.pop("config"))
+
+
+STEP = "checkpoint/iter_000001/meta.json"
+COPIES = {  # what is lost -> the copy read instead (the usual one: the first path)
+    "checkpoint config.yaml": (STOPPED, ["checkpoint/config.yaml"], STEP),
+    "checkpoint config.yaml not YAML": (STOPPED, ["checkpoint/config.yaml:garbled"], STEP),
+    "and the step's": (STOPPED, ["checkpoint/config.yaml", f"{STEP}:config"], "config.yaml"),
+    "all but the plan": (
+        STOPPED,
+        ["checkpoint/config.yaml", f"{STEP}:config", "config.yaml"],
+        "checkpoint/plan.json",
+    ),
+    "before the first step": (DIED, ["config.yaml"], "checkpoint/plan.json"),
+    "before the first step, not a mapping": (DIED, ["config.yaml:list"], "checkpoint/plan.json"),
+}
+
+
+def _lose(run: Path, lost: list[str]) -> None:
+    for entry in lost:
+        name, _, how = entry.partition(":")
+        file = run / name
+        if how == "config":
+            _drop_config(file)
+        elif how == "garbled":
+            file.write_text("algorithm: [ppo\n")
+        elif how == "list":
+            file.write_text("- 1\n- 2\n")
+        else:
+            file.unlink()
+
+
+@pytest.mark.parametrize("case", sorted(COPIES))
+def test_a_run_resumes_from_any_surviving_copy_of_its_config_and_says_which(tmp_path, case):
+    """checkpoint/config.yaml (or before a step, the run folder's) is the usual copy; each
+    step's meta.json, the run folder's config.yaml and plan.json hold it too."""
+    name, lost, used = COPIES[case]
+    run = _copy(name, tmp_path)
+    expected = checkpoint.load_config(V1 / STOPPED / "checkpoint")
+    _lose(run, lost)
+    plan = _plan_resume(run)
+    assert plan.config == expected
+    usual = lost[0].partition(":")[0]
+    lines = plan.note.splitlines()
+    assert f"note: {str(run / usual)!r} " in lines[-1], plan.note
+    assert lines[-1].endswith(f"the run's config is read from {str(run / used)!r}"), plan.note
+    if name == STOPPED:  # eval reads it the same way, and says so
+        assert SavedRun(run).notes == [lines[-1]]
+
+
+def test_a_run_with_no_copy_of_its_config_left_is_one_line(tmp_path):
+    run = _copy(DIED, tmp_path)
+    _lose(run, ["config.yaml", "checkpoint/plan.json:config"])
+    with pytest.raises(CheckpointError) as info:
+        _plan_resume(run)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(
+        f"no copy of the run's config survives in {str(run)!r}: "
+        f"{str(run / 'config.yaml')!r} is missing"
+    ), message
+
+
+def test_the_usual_copies_are_read_without_a_note(tmp_path):
+    for name in (STOPPED, DIED):
+        assert _plan_resume(_copy(name, tmp_path)).note in (
+            None,
+            f"{tmp_path / DIED}: no checkpoint was saved before the run stopped; it starts over",
+        )
+
+
+def test_a_config_field_added_later_with_a_default_does_not_make_a_folder_differ(tmp_path):
+    """A folder written before `Config` had `reset_ratio` (default 1) holds no such key in
+    any copy of its config; compared validated, its copies and a resume's agree."""
+    for name in (STOPPED, DIED):
+        run = _copy(name, tmp_path)
+        for file in (run / "config.yaml", run / "checkpoint" / "config.yaml"):
+            if file.exists():
+                raw = yaml.safe_load(file.read_text())
+                del raw["reset_ratio"]
+                file.write_text(yaml.safe_dump(raw, sort_keys=False))
+        for file in (run / "checkpoint" / "plan.json", run / STEP):
+            if file.exists():
+                _rewrite(file, lambda data: data["config"].pop("reset_ratio"))
+        plan = _plan_resume(run)
+        assert plan.config == checkpoint.load_config(V1 / STOPPED / "checkpoint")
+        assert plan.config.reset_ratio == 1 and (name == DIED) == (plan.note is not None)
+
+
+@pytest.mark.parametrize("what", ["plan", "no plan", "being written"])
+def test_eval_of_a_run_without_a_checkpoint_says_so_and_whether_it_resumes(tmp_path, capsys, what):
+    from rlax_trpo.experiment.lock import RunLock
+
+    run = _copy(DIED, tmp_path)
+    if what == "no plan":
+        (run / "checkpoint" / "plan.json").unlink()
+    lock = RunLock.acquire(run) if what == "being written" else None
+    try:
+        assert train.main(["eval", "--run", str(run)]) == 2
+    finally:
+        if lock is not None:
+            lock.release()
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: --run: the run in {str(run)!r} has no checkpoint ") and (
+        "\n" not in err
+    ), err
+    expected = {
+        "plan": f"yet: it stopped before its first; `--resume {run}` starts it over",
+        "no plan": "and cannot be resumed (no checkpoint/plan.json): train it again",
+        "being written": f"yet: it is being written (pid {os.getpid()} on ",
+    }[what]
+    assert expected in err, err
+    assert "config.yaml" not in err.replace("checkpoint/plan.json", "")
+
+
+def _older_step(run: Path) -> Path:
+    """A second, older step (a copy of the first, under iter_000000): the one to fall back
+    to when the newest is damaged."""
+    ckpt = run / "checkpoint"
+    return Path(shutil.copytree(ckpt / "iter_000001", ckpt / "iter_000000"))
+
+
+def test_eval_says_which_step_it_used_and_why(tmp_path, capsys):
+    run = _copy(STOPPED, tmp_path)
+    _older_step(run)
+    with (run / "checkpoint" / "iter_000001" / "metrics.npz").open("ab") as f:
+        f.write(b"damage")
+    argv = ["eval", "--run", str(run), "--episodes", "1", "--max-steps", "5"]
+    assert train.main(argv) == 0
+    out, err = capsys.readouterr()
+    newest = str(run / "checkpoint" / "iter_000001")
+    assert err.splitlines() == [
+        f"warning: checkpoint {newest!r} is corrupt: metrics.npz does not match its checksum; "
+        "using iter_000000 (1 of 3 iterations)"
+    ], err
+    assert "(iteration 1 of 3)" in out
+    with pytest.warns(UserWarning, match="using iter_000000"):
+        load_policy(run, member=0)
+
+
+def _resume_folder(run: Path, keep: int = 2):
+    """The folder stage of `--resume RUN --keep-checkpoints KEEP` (`make_folder`)."""
+    from types import SimpleNamespace as Given
+
+    from rlax_trpo.experiment.folder import make_folder, release_folder
+
+    plan = Given(
+        config=Given(algorithm="ppo"), out=run, resume=run, start_over=False, keep_checkpoints=keep
+    )
+    release_folder(make_folder(plan, Given(run_name="CartPole-v1"), owner=True), keep=True)
+
+
+def _steps(run: Path, latest: str, damaged: str | None = None) -> None:
+    """iter_000000 to iter_000002, each whole (copies of the first), LATEST naming `latest`,
+    and `damaged` corrupt."""
+    ckpt = run / "checkpoint"
+    _older_step(run)
+    shutil.copytree(ckpt / "iter_000001", ckpt / "iter_000002")
+    (ckpt / "LATEST").write_text(latest + "\n")
+    if damaged:
+        (ckpt / damaged / "metrics.npz").unlink()
+
+
+@pytest.mark.parametrize(
+    "latest, damaged, keep, kept",
+    [
+        ("iter_000002", None, 2, ["iter_000001", "iter_000002"]),  # killed before pruning
+        ("iter_000002", None, 1, ["iter_000002"]),
+        ("iter_000002", "iter_000002", 2, ["iter_000000", "iter_000001", "iter_000002"]),
+        ("iter_000001", None, 1, ["iter_000001", "iter_000002"]),  # LATEST's step stays
+    ],
+)
+def test_steps_beyond_keep_are_pruned_when_a_run_resumes(tmp_path, latest, damaged, keep, kept):
+    """A kill between a step's rename and the pruning leaves one step too many; the next
+    start prunes it, keeping the newest `keep` that verify (a damaged one is not counted)
+    and the one LATEST names."""
+    run = _copy(STOPPED, tmp_path)
+    _steps(run, latest, damaged)
+    _resume_folder(run, keep)
+    assert [p.name for p in checkpoint.saved_steps(run / "checkpoint")][::-1] == kept
+
+
+def test_the_loser_of_two_resumes_started_at_once_is_told_about_resume(
+    tmp_path, monkeypatch, capsys
+):
+    """Both pass the check that nobody writes the folder; the second to take its lock loses,
+    and its line names the option it was given."""
+    from rlax_trpo.experiment import plan as run_plan
+    from rlax_trpo.experiment.lock import RunLock
+
+    run = _copy(STOPPED, tmp_path)
+
+    class NobodyYet(RunLock):  # the check before the lock, run before the other took it
+        holder = staticmethod(lambda folder: None)
+
+    monkeypatch.setattr(run_plan, "RunLock", NobodyYet)
+    first = RunLock.acquire(run, "--resume")
+    try:
+        assert train.main(["--resume", str(run), "--no-progress"]) == 2
+    finally:
+        first.release()
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(
+        f"error: --resume: {str(run)!r} is being written by another run (pid {os.getpid()} on "
+    ), err
+    assert "\n" not in err and "--out" not in err and "choose another folder" not in err, err

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rlax_trpo.config.sweep import NO_SWEEP
 from rlax_trpo.report import stats
 from rlax_trpo.report.run_files import format_summary, plot_curves, return_summary
 from rlax_trpo.report.stats import iqm
-from rlax_trpo.config.sweep import NO_SWEEP
 
 
 def _summary(**figures) -> dict:
@@ -124,3 +124,23 @@ def test_summary_says_when_seeds_are_too_few_for_an_interval(seeds):
         assert f"note: {note}" in text
     else:
         assert note is None and "note:" not in text
+
+
+def test_a_single_seed_curve_says_what_it_plots_in_words(tmp_path, monkeypatch):
+    """One seed: its value, no band; the axis names the metric in words (`episode return`,
+    not the key `episode/return`) and says it is one seed, as the learning curve's line."""
+    from rlax_trpo.report import run_files
+
+    fig = plot_curves(tmp_path / "one.png", {"episode return": _runs(1)}, 100, "ppo")
+    (ax,) = fig.axes
+    assert ax.get_ylabel() == "episode return, one seed"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["episode return: 1 seed"]
+    assert _bands(fig) == []
+    drawn = []
+    monkeypatch.setattr(run_files, "plot_curves", lambda *a: drawn.append(a))
+    metrics = {"episode/return": _runs(1), "episode/count": np.ones((1, 60))}
+    summary = {"num_seeds": 1, "algorithm": "ppo", "env": "CartPole-v1"}
+    run_files.write_run_files(tmp_path, metrics, summary, NO_SWEEP, 100)
+    ((_, curves, _, _, ylabel, _),) = drawn
+    assert list(curves) == ["episode return"] and ylabel == "episode/return"
+    assert run_files.metric_label(ylabel) == "episode return"

@@ -181,6 +181,26 @@ def test_corrupt_checkpoint_is_refused_and_kept(uninterrupted, tmp_path, capsys,
     assert _tree_hash(run) == before  # never overwritten
 
 
+def test_a_run_resumes_without_its_checkpoints_config_and_prunes_a_leftover_step(
+    uninterrupted, tmp_path, capsys
+):
+    """checkpoint/config.yaml lost: the config of the step's meta.json is taken (and said),
+    also for overrides checked against it; steps a kill left beyond `keep` are pruned."""
+    run = _resumable_copy(uninterrupted, tmp_path)
+    ckpt = run / "checkpoint"
+    (ckpt / "config.yaml").unlink()
+    for name in ("iter_000006", "iter_000004"):  # killed after the renames, before pruning
+        shutil.copytree(ckpt / "iter_000008", ckpt / name)
+    assert train.main(["--resume", str(run), "--no-progress", "num_envs=4"]) == 0
+    err = capsys.readouterr().err
+    assert (
+        f"note: {str(ckpt / 'config.yaml')!r} is missing; the run's config is read from "
+        f"{str(ckpt / 'iter_000008' / 'meta.json')!r}\n"
+    ) in err, err
+    assert (run / "metrics.csv").read_bytes() == (uninterrupted / "metrics.csv").read_bytes()
+    assert sorted(p.name for p in ckpt.glob("iter_*")) == ["iter_000006", "iter_000008"]
+
+
 @pytest.mark.parametrize(
     "damage, problem",
     [

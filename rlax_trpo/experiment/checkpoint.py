@@ -40,11 +40,14 @@ import yaml
 from rlax_trpo.config.configuration import Config, config_from_dict
 from rlax_trpo.experiment.record import (  # noqa: F401  (the run record's names are this module's too)
     FORMAT_VERSION,
+    META,
+    PLAN,
     CheckpointError,
     RunRecord,
     atomic_write,
     has_plan,
     has_step,
+    read_config_file,
     read_plan,
     read_step,
     save_plan,
@@ -72,10 +75,6 @@ def to_savable(tree: Any) -> Any:
         return jnp.zeros((1,), x.dtype) if x.size == 0 else x
 
     return jax.tree.map(savable, tree)
-
-
-def _abstract_savable(target: Any) -> Any:
-    return jax.eval_shape(to_savable, target)
 
 
 def _wrap_keys(target: Any, restored: Any) -> Any:
@@ -166,13 +165,30 @@ def _write_failure(ckpt_dir: Path, name: str, err: BaseException) -> str:
     return f"could not write checkpoint {name} in {str(ckpt_dir)!r}: {cause[:200]}; {still}"
 
 
-def remove_leftovers(ckpt_dir: Path) -> None:
-    """Temporary files and step folders of writes that never finished (`.NAME.tmp-PID`)."""
+def remove_leftovers(ckpt_dir: Path, keep: int | None = None) -> None:
+    """Temporary files and step folders of writes that never finished (`.NAME.tmp-PID`);
+    with `keep`, steps beyond it (`prune_steps`: a kill before the pruning left one more)."""
     for left in Path(ckpt_dir).glob(".*.tmp-*"):
         if left.is_dir():
             shutil.rmtree(left, ignore_errors=True)
         else:
             left.unlink(missing_ok=True)
+    if keep is not None:
+        prune_steps(ckpt_dir, keep)
+
+
+def prune_steps(ckpt_dir: str | Path, keep: int) -> None:
+    """Remove the steps older than the newest `keep` that verify (a damaged one is not
+    counted), but never the one LATEST names: what a resume restores stays."""
+    steps, verified, latest = saved_steps(ckpt_dir), 0, Path(ckpt_dir) / "LATEST"
+    named = latest.read_text(errors="replace").strip() if latest.is_file() else None
+    for i, step in enumerate(steps):
+        verified += _verify(step) is None
+        if verified >= max(keep, 1):
+            for old in steps[i + 1 :]:
+                if old.name != named:
+                    shutil.rmtree(old, ignore_errors=True)
+            return
 
 
 def _manifest(folder: Path) -> dict[str, str]:
@@ -252,8 +268,11 @@ def read_meta(ckpt_dir: str | Path) -> dict[str, Any]:
     return read_record(ckpt_dir).to_dict()
 
 
-def restore_step(ckpt_dir: str | Path, target: Any) -> tuple[Any, dict[str, np.ndarray], RunRecord]:
-    """(state, metrics, record) of the latest step; `target` gives the state's structure.
+def restore_step(
+    ckpt_dir: str | Path, target: Any, step: Path | None = None
+) -> tuple[Any, dict[str, np.ndarray], RunRecord]:
+    """(state, metrics, record) of the latest step, or of `step` (as `find_step` chose it);
+    `target` gives the state's structure.
 
     `target` may be concrete or abstract (`jax.eval_shape`); restored leaves are host-side
     numpy arrays (typed keys wrapped back), to be placed on devices by the caller.
@@ -261,9 +280,10 @@ def restore_step(ckpt_dir: str | Path, target: Any) -> tuple[Any, dict[str, np.n
     """
     import orbax.checkpoint as ocp
 
-    step = latest_step(ckpt_dir).absolute()
+    step = (step or latest_step(ckpt_dir)).absolute()
     record = read_step(step)
-    abstract = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), _abstract_savable(target))
+    shapes = jax.eval_shape(to_savable, target)
+    abstract = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), shapes)
     try:
         with ocp.StandardCheckpointer() as ckptr:
             saved = ckptr.metadata(step / "state")
@@ -323,14 +343,6 @@ def restore(path: str | Path, target: Any) -> Any:
 
 
 def load_config(path: str | Path) -> Config:
-    """The config saved beside a checkpoint (`path` is the checkpoint folder)."""
-    file = Path(path) / "config.yaml"
-    if not file.is_file():
-        raise CheckpointError(f"checkpoint {str(path)!r} has no config.yaml")
-    try:
-        raw = yaml.safe_load(file.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError, OSError):
-        raise CheckpointError(f"checkpoint {str(path)!r}: config.yaml is not valid YAML") from None
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"checkpoint {str(path)!r}: config.yaml is not a mapping")
-    return config_from_dict(raw)
+    """The config saved beside a checkpoint (`path` is the checkpoint folder). A run whose
+    copy is lost has others: `rlax_trpo.experiment.resume.saved_config` reads any of them."""
+    return config_from_dict(read_config_file(Path(path) / "config.yaml"))

@@ -37,8 +37,9 @@ class RunLock:
         return None
 
     @classmethod
-    def acquire(cls, folder: Path) -> RunLock:
-        """The lock of `folder` (which exists), or ConfigError naming its holder."""
+    def acquire(cls, folder: Path, flag: str = "--out") -> RunLock:
+        """The lock of `folder` (which exists), or ConfigError naming its holder and `flag`,
+        the option that named the folder (`--out`, or `--resume` for a resumed run)."""
         import fcntl
 
         path = folder / LOCK
@@ -50,9 +51,10 @@ class RunLock:
         except (BlockingIOError, FileNotFoundError):
             os.close(fd)
             who = RunLock.holder(folder) or "another process"
+            advice = "choose another folder" if flag == "--out" else "it continues this run"
             raise ConfigError(
-                f"--out: {str(folder)!r} is being written by another run ({who}); wait for it "
-                "to end or choose another folder"
+                f"{flag}: {str(folder)!r} is being written by another run ({who}); wait for "
+                f"it to end, or {advice}"
             ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())

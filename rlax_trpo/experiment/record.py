@@ -2,7 +2,8 @@
 `checkpoint/plan.json` (written before the first step) and each step's `meta.json`.
 
 This module alone reads and writes those files (`rlax_trpo.experiment.checkpoint`
-re-exports its names and writes a step's through it). It imports no JAX, so the
+re-exports its names and writes a step's through it), and reads a copy of the config
+(`read_config_file`: config.yaml). It imports no JAX, so the
 multi-process supervisor (`rlax_trpo.experiment.peers`) can ask what a folder holds.
 
     format_version 2    every key of `PLAN_KEYS` (plan.json) or `STEP_KEYS` (meta.json)
@@ -125,6 +126,22 @@ def has_step(ckpt_dir: str | Path) -> bool:
 def has_plan(ckpt_dir: str | Path) -> bool:
     """Whether `ckpt_dir` holds the plan a run writes before its first step."""
     return (Path(ckpt_dir) / PLAN).is_file()
+
+
+def read_config_file(file: Path) -> dict[str, Any]:
+    """The plain config in the YAML file `file` (a config.yaml); `CheckpointError` (one line
+    naming the file) when it is missing, unreadable or not a mapping."""
+    import yaml
+
+    if not file.is_file():
+        raise CheckpointError(f"{str(file)!r} is missing")
+    try:
+        raw = yaml.safe_load(file.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError, OSError):
+        raise CheckpointError(f"{str(file)!r} is not valid YAML") from None
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{str(file)!r} is not a mapping")
+    return raw
 
 
 def atomic_write(path: Path, text: str) -> None:

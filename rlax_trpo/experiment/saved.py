@@ -8,6 +8,8 @@ Host-side; this module is a call site (it applies `jax.jit`).
 from __future__ import annotations
 
 import argparse
+import sys
+import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -18,7 +20,9 @@ from rlax_trpo.config import sweep as sweeplib
 from rlax_trpo.errors import ConfigError, UsageError
 from rlax_trpo.evaluate import render_gif
 from rlax_trpo.experiment import checkpoint
+from rlax_trpo.experiment.lock import RunLock
 from rlax_trpo.experiment.program import make_program
+from rlax_trpo.experiment.resume import saved_config
 from rlax_trpo.policy import Policy, member_policy
 from rlax_trpo.training import make_trainer
 
@@ -30,12 +34,21 @@ class SavedRun:
 
     def __init__(self, run_dir: str | Path):
         run_dir = Path(run_dir)
-        if not (run_dir / "checkpoint").is_dir():
-            raise ConfigError(f"--run: {str(run_dir)!r} is not a run folder")
         ckpt = run_dir / "checkpoint"
-        self.run_dir = run_dir
-        self.config = checkpoint.load_config(ckpt)
-        record = checkpoint.read_record(ckpt)  # (version 1 without seeds: its population)
+        if not checkpoint.has_step(ckpt):
+            raise ConfigError(no_checkpoint(run_dir))
+        step, problem = checkpoint.find_step(ckpt)  # verified; LATEST's, or the newest good
+        record = checkpoint.read_step(step)  # (version 1 without seeds: its population)
+        found = saved_config(run_dir, record, step / checkpoint.META)
+        self.run_dir, self.config = run_dir, found.config
+        self.notes = []  # lines for its reader: not LATEST's step, not the usual config
+        if problem is not None:
+            done, total = record.iterations_done, record.num_iterations
+            self.notes.append(
+                f"warning: {problem}; using {step.name} ({done} of {total} iterations)"
+            )
+        if found.note is not None:
+            self.notes.append(found.note)
         self.sweep = record.sweep
         self.settings = self.sweep.settings or [{}]
         self.seeds, self.seed = record.seeds, record.seed
@@ -47,7 +60,7 @@ class SavedRun:
             key_data,
             hps,
         )
-        self.state, _, self.record = checkpoint.restore_step(ckpt, abstract)
+        self.state, _, self.record = checkpoint.restore_step(ckpt, abstract, step)
         # A control algorithm has a training loop to act with; a language-model run does not.
         self.trainer = make_trainer(self.config) if self.config.spec.make is not None else None
         self._compiled: dict[tuple, Any] = {}  # shared by this run's policies
@@ -77,6 +90,29 @@ class SavedRun:
         )
 
 
+def no_checkpoint(run_dir: Path) -> str:
+    """Why the folder `run_dir` has no step to restore, in one line: it is no run folder, or
+    its run has no checkpoint yet (being written, or whether `--resume` can continue it)."""
+    ckpt = run_dir / "checkpoint"
+    if not run_dir.is_dir() or not (ckpt.is_dir() or (run_dir / "config.yaml").is_file()):
+        return f"--run: {str(run_dir)!r} is not a run folder"
+    holder = RunLock.holder(run_dir)
+    if holder is not None:
+        return (
+            f"--run: the run in {str(run_dir)!r} has no checkpoint yet: it is being written "
+            f"({holder}); its first checkpoint comes after its first chunk"
+        )
+    if checkpoint.has_plan(ckpt):
+        return (
+            f"--run: the run in {str(run_dir)!r} has no checkpoint yet: it stopped before its "
+            f"first; `--resume {run_dir}` starts it over"
+        )
+    return (
+        f"--run: the run in {str(run_dir)!r} has no checkpoint and cannot be resumed (no "
+        "checkpoint/plan.json): train it again"
+    )
+
+
 def load_policy(run_dir: str | Path, member: int = 0) -> Policy:
     """Member `member` (setting `member // seeds`, seed `member % seeds`) of the run folder
     `run_dir`, restored from its latest checkpoint:
@@ -91,7 +127,10 @@ def load_policy(run_dir: str | Path, member: int = 0) -> Policy:
     memory gives a `MemoryPolicy`, whose `act(obs, state)` also takes and returns the
     policy's state (`initial_state()` at an episode's start).
     """
-    return SavedRun(run_dir).policy(member)
+    run = SavedRun(run_dir)
+    for note in run.notes:
+        warnings.warn(note, stacklevel=2)
+    return run.policy(member)
 
 
 class RunEvaluation(NamedTuple):
@@ -180,6 +219,8 @@ def eval_command(args: argparse.Namespace) -> int:
     if gif is not None and gif.suffix.lower() != ".gif":
         raise UsageError(f"--gif: {str(gif)!r} must end in .gif")
     ev = evaluate_run(args.run, args.episodes, args.seed, args.max_steps)
+    for note in ev.run.notes:  # which step and config were used, when not the usual ones
+        print(note, file=sys.stderr, flush=True)
     population = len(ev.settings) * ev.seeds
     if args.member is not None and not 0 <= args.member < population:
         raise UsageError(f"--member: must be between 0 and {population - 1} (got {args.member})")

@@ -46,6 +46,17 @@ def load_rliable() -> tuple[Any, Any]:
     return library, metrics
 
 
+def parse_setting(value: str | int | None) -> str | int | None:
+    """`--setting N|best`: a sweep's setting index (0, 1, ...), "best", or None (each setting
+    its own row)."""
+    if value is None or value == "best":
+        return value
+    text = str(value).strip()
+    if not text.isdigit():
+        raise ReportError(f"--setting: {value!r} is not a setting's index (0, 1, ...) or best")
+    return int(text)
+
+
 def parse_ranges(specs: Sequence[str]) -> dict[str, tuple[float, float]]:
     """`--range TASK=LO,HI` values: task -> (LO, HI), finite numbers with LO < HI."""
     ranges: dict[str, tuple[float, float]] = {}
@@ -119,9 +130,10 @@ def _few_seeds_note(n: int) -> str | None:
 
 def score_matrices(cells: dict, algorithms: list[str], tasks: list[str]) -> tuple[dict, list]:
     """algorithm -> `[seeds, tasks]` scores on `tasks`; an algorithm with more seeds on some
-    task keeps its first `min` seeds of every task (rliable needs a matrix). And notes."""
+    task keeps its first `min` seeds of every task (rliable needs a matrix). And notes. No
+    `tasks` (no task every algorithm ran): no matrices."""
     matrices, notes = {}, []
-    for algo in algorithms:
+    for algo in algorithms if tasks else []:
         counts = [len(cells[algo, t]) for t in tasks]
         k = min(counts)
         if len(set(counts)) > 1:
@@ -207,17 +219,21 @@ def build_report(
     reps: int = 2000,
     seed: int = 0,
     score: str = "return",
+    setting: str | int | None = None,
 ) -> dict[str, Any]:
     """The report's numbers (report.json): its inputs, per-task statistics and, where they
-    apply, the statistics across tasks and between algorithms, with notes on what was done.
+    apply, the statistics across tasks and between algorithms, with notes on what was done
+    (inputs skipped, a sweep's settings split or chosen: `setting`, an index or "best").
     Every input is checked (`ReportError`) before rliable is imported (`RliableMissing`)."""
     if reps < 1:
         raise ReportError(f"--reps: must be a positive integer (got {reps})")
     if not 0 <= seed < 2**32:
         raise ReportError(f"--seed: must be an integer from 0 to 2**32 - 1 (got {seed})")
     given = parse_ranges(range_specs)
-    runs = load_runs(paths, score)
-    cells, notes = cells_of(runs)
+    setting = parse_setting(setting)
+    runs, notes = load_runs(paths, score, setting)
+    cells, more = cells_of(runs)
+    notes += more
     algorithms, tasks = sorted({a for a, _ in cells}), sorted({t for _, t in cells})
     unknown = sorted(set(given) - set(tasks))
     if unknown:
@@ -245,6 +261,7 @@ def build_report(
             "confidence": CONFIDENCE,
             "interval": INTERVAL,
             "score": score,
+            "setting": setting,
         },
         "algorithms": algorithms,
         "tasks": tasks,

@@ -9,8 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from rlax_trpo.errors import RunFailed
-from rlax_trpo.report.aggregate import ReportError, RliableMissing, build_report
-from rlax_trpo.report.render import per_task_table, read_anchors, write_report
+from rlax_trpo.report.aggregate import (
+    RLIABLE_MISSING,
+    ReportError,
+    RliableMissing,
+    build_report,
+)
+from rlax_trpo.report.inputs import read_anchors
+from rlax_trpo.report.render import per_task_table, write_report
 
 
 def build_report_parser(
@@ -40,6 +46,12 @@ def build_report_parser(
         help="a task's normalisation range, repeatable (default: its scores' range)",
     )
     add("--score", default="return", help="return, or an episode figure (Craftax: score_percent)")
+    add(
+        "--setting",
+        metavar="N|best",
+        help="of a sweep, report setting N (or its best) under the algorithm's name "
+        "(default: each setting its own row)",
+    )
     add("--anchors", type=Path, metavar="FILE.yaml", help="published scores, label: {task: score}")
     add("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
     add("--seed", type=int, default=0, help="bootstrap seed (default 0)")
@@ -56,14 +68,29 @@ def report_command(args: Any, prog: str = "rlax-trpo report") -> int:
         raise ReportError(f"--out: {out} is a file, not a folder")
     try:
         anchors = read_anchors(args.anchors) if args.anchors else {}
-        report = build_report(args.paths, args.ranges, args.reps, args.seed, args.score)
+        report = build_report(
+            args.paths,
+            args.ranges,
+            args.reps,
+            args.seed,
+            args.score,
+            getattr(args, "setting", None),
+        )
     except RliableMissing as err:
         print(f"{prog}: {err}", file=sys.stderr)
         return 2
     try:
         write_report(report, out, anchors, args.title)
+    except ImportError as err:  # a library the figures need (matplotlib, seaborn)
+        print(
+            f"{prog}: {RLIABLE_MISSING} (drawing needs {err.name}); no report written",
+            file=sys.stderr,
+        )
+        return 2
     except OSError as err:
         raise RunFailed(f"--out {out}: {err.strerror or err}; no report written") from None
     print(per_task_table(report, anchors))
+    for note in report["notes"]:  # what was skipped, split or chosen, as report.md says
+        print(f"note: {note}")
     print(f"report: {out / 'report.md'}")
     return 0

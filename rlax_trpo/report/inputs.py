@@ -1,8 +1,10 @@
 """`rlax-trpo report`'s inputs: run folders (`summary.json`) and the results published by
 `benchmarks/standard_tables.py` (a JSON with `task`, `command`, `date` and the run's `summary`),
 read into one record per run (algorithm, task, per-seed scores, provenance), and the cells
-(algorithm, task) that `rlax_trpo.report.aggregate` computes its statistics over. Every bad input is
-one `ReportError` line naming the file."""
+(algorithm, task) that `rlax_trpo.report.aggregate` computes its statistics over. A sweep's
+settings are each a record of their own (`--setting` chooses one); a run folder without its
+summary.json (unfinished) is skipped with a note. And `--anchors`' published scores. Every
+bad input is one `ReportError` line naming the file."""
 
 from __future__ import annotations
 
@@ -19,48 +21,92 @@ class ReportError(ConfigError):
     """Bad input to the report: the message is one line naming the input and the problem."""
 
 
-def load_runs(paths: Sequence[Path], score: str = "return") -> list[dict[str, Any]]:
-    """One record per run found under `paths` (see `runs_in`), each file counted once."""
-    runs, seen = [], set()
+def load_runs(
+    paths: Sequence[Path], score: str = "return", setting: str | int | None = None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """One record per run found under `paths` (see `runs_in`), each file counted once, and a
+    note per input skipped (an unfinished run) or split (a sweep's settings). `ReportError`
+    when no finished run is left."""
+    runs, notes, seen = [], [], set()
     for path in paths:
-        for run in runs_in(Path(path), score):
-            if Path(run["path"]).resolve() not in seen:
-                seen.add(Path(run["path"]).resolve())
+        found, said = runs_in(Path(path), score, setting)
+        notes += [n for n in said if n not in notes]
+        for run in found:
+            key = (Path(run["path"]).resolve(), run["setting"])
+            if key not in seen:
+                seen.add(key)
                 runs.append(run)
-    return runs
+    if not runs:
+        more = f" (and {len(notes) - 1} more)" if len(notes) > 1 else ""
+        raise ReportError(f"no finished run to report: {notes[0]}{more}")
+    if setting is not None and all(run["setting"] is None for run in runs):
+        notes.append(f"--setting {setting}: no input is a sweep, so it chose nothing")
+    return runs, notes
 
 
-def runs_in(path: Path, score: str = "return") -> list[dict[str, Any]]:
-    """The runs of one PATH: a run folder, a published JSON (or a summary.json), or a folder
-    whose `*.json` published results and whose subfolders' runs are taken. `score` as in
-    `_run_record`."""
+def runs_in(
+    path: Path, score: str = "return", setting: str | int | None = None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The runs of one PATH and notes: a run folder, a published JSON (or a summary.json), or
+    a folder whose `*.json` published results and whose subfolders' runs are taken. A run
+    folder without summary.json (unfinished) is skipped with a note. `score` and `setting`
+    as in `records_of`."""
     if not path.exists():
         raise ReportError(f"{path}: no such file or folder")
     if path.is_file():
         data = _read_json(path)
         if _is_published(data):
-            return [_run_record(path, data["summary"], data, score)]
+            return records_of(path, data["summary"], data, score, setting)
         if isinstance(data, dict) and "final_return_per_seed" in data:
-            return [_run_record(path, data, score=score)]
+            return records_of(path, data, None, score, setting)
         what = "neither a run's summary.json nor a result of benchmarks/standard_tables.py"
         raise ReportError(f"{path}: {what} (keys task, command, date, summary)")
     if (path / "summary.json").is_file():
-        return [_run_record(path / "summary.json", _read_json(path / "summary.json"), None, score)]
-    found = []
-    for file in sorted(path.glob("*.json")):
+        return records_of(
+            path / "summary.json", _read_json(path / "summary.json"), None, score, setting
+        )
+    if _unfinished(path):
+        return [], [_skipped(path)]
+    found, notes = [], []
+    try:
+        files = sorted(path.glob("*.json"))
+        subfolders = sorted(p for p in path.iterdir() if p.is_dir())
+    except OSError as err:
+        raise ReportError(f"{path}: cannot be read ({err.strerror})") from None
+    for file in files:
         data = _read_json(file, strict=False)
         if _is_published(data):
-            found.append(_run_record(file, data["summary"], data, score))
-    for sub in sorted(p for p in path.iterdir() if (p / "summary.json").is_file()):
-        found.append(
-            _run_record(sub / "summary.json", _read_json(sub / "summary.json"), None, score)
-        )
-    if not found:
+            _add(found, notes, records_of(file, data["summary"], data, score, setting))
+    for sub in subfolders:
+        if (sub / "summary.json").is_file():
+            summary = _read_json(sub / "summary.json")
+            _add(found, notes, records_of(sub / "summary.json", summary, None, score, setting))
+        elif _unfinished(sub):
+            notes.append(_skipped(sub))
+    if not found and not notes:
         raise ReportError(
             f"{path}: no runs in it (no summary.json, no subfolder with one, no "
             "result published by benchmarks/standard_tables.py)"
         )
-    return found
+    return found, notes
+
+
+def _add(found: list, notes: list, more: tuple[list, list]) -> None:
+    found += more[0]
+    notes += more[1]
+
+
+def _unfinished(folder: Path) -> bool:
+    """Whether `folder` is a run folder without its summary.json (a run still going, or one
+    that stopped short: `--resume` finishes it)."""
+    return (folder / "checkpoint").is_dir() or (folder / "config.yaml").is_file()
+
+
+def _skipped(folder: Path) -> str:
+    return (
+        f"{folder}: skipped, an unfinished run (no summary.json: still running, or stopped; "
+        f"`rlax-trpo train --resume {folder}` finishes it)"
+    )
 
 
 def _read_json(path: Path, strict: bool = True) -> Any:
@@ -103,24 +149,130 @@ def _per_seed(file: Path, summary: dict, score: str) -> Any:
     return raw
 
 
-def _run_record(
-    file: Path, summary: Any, published: dict | None = None, score: str = "return"
-) -> dict[str, Any]:
-    """A run's algorithm, task, finite per-seed scores and provenance, from its summary.
-    `score`: "return", or the name of an episode figure the run logged (`score_percent`)."""
+def records_of(
+    file: Path,
+    summary: Any,
+    published: dict | None = None,
+    score: str = "return",
+    setting: str | int | None = None,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The records of one summary and notes. A sweep (`num_settings` > 1) gives a record per
+    setting, named `algorithm (name=value,...)`, or with `setting` (an index, or "best") the
+    one chosen, under the algorithm's own name; the notes say which. `score`: "return", or
+    an episode figure's name (summary.json keeps those of its best setting only)."""
     published = published or {}
     if not isinstance(summary, dict) or not isinstance(summary.get("algorithm"), str):
         raise ReportError(f"{file}: not a run summary (no algorithm)")
     settings = summary.get("num_settings", 1)
-    if settings != 1:
-        raise ReportError(f"{file}: a sweep of {settings} settings; a table cell is one setting")
-    raw = _per_seed(file, summary, score)
-    if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in raw):
-        what = "final_return_per_seed" if score == "return" else f"episode figure {score!r}"
+    if type(settings) is not int or settings < 1:
+        raise ReportError(f"{file}: num_settings is {settings!r}, not a positive whole number")
+    if settings == 1:
+        return [_run_record(file, summary, published, _per_seed(file, summary, score), score)], []
+    return _sweep_records(file, summary, published, score, setting)
+
+
+def _sweep_records(
+    file: Path, summary: dict, published: dict, score: str, setting: str | int | None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """`records_of` for a sweep: a record per setting, or the one `setting` names."""
+    settings, members = summary["num_settings"], summary.get("members")
+    if (
+        not isinstance(members, list)
+        or len(members) != settings
+        or not all(isinstance(m, dict) and isinstance(m.get("hp"), dict) for m in members)
+    ):
+        raise ReportError(f"{file}: a sweep of {settings} settings without a result per setting")
+    best = (summary.get("best") or {}).get("index")
+    figures_of = best if isinstance(best, int) else 0  # the setting summary.json's figures are of
+    only = f"summary.json keeps episode figure {score!r} of its best setting only"
+    if setting is not None:
+        index = _chosen(file, setting, best, settings)
+        if score != "return" and index != figures_of:
+            raise ReportError(f"{file}: {only} (setting {figures_of}), not of setting {index}")
+        raw = _per_seed(file, summary, score) if score != "return" else members[index]
+        how = "the best, chosen by --setting best" if setting == "best" else "chosen by --setting"
+        label = setting_text(members[index]["hp"])
+        note = f"{file}: setting {index} of {settings} ({label}), {how}"
+        return [_run_record(file, summary, published, raw, score, index)], [note]
+    split = (
+        f"{file}: a sweep of {settings} settings, each reported as an algorithm of its own, "
+        f"`{summary['algorithm']} (name=value)` (--setting N or best reports one)"
+    )
+    records, notes = [], [split]
+    for index, member in enumerate(members):
+        label = setting_text(member["hp"])
+        if score != "return" and index != figures_of:
+            notes.append(f"{file}: setting {index} ({label}) left out: {only}")
+            continue
+        raw = _per_seed(file, summary, score) if score != "return" else member
+        try:
+            records.append(_run_record(file, summary, published, raw, score, index, label))
+        except NoFinishedSeed:
+            notes.append(f"{file}: setting {index} ({label}) left out: no seed finished an episode")
+    if not records:
+        raise ReportError(f"{file}: no setting of its sweep finished an episode")
+    return records, notes
+
+
+def _chosen(file: Path, setting: str | int, best: Any, settings: int) -> int:
+    """The index `--setting` names in a sweep of `settings` settings."""
+    if setting == "best":
+        if not isinstance(best, int) or not 0 <= best < settings:
+            raise ReportError(f"{file}: --setting best: no setting finished an episode")
+        return best
+    if not 0 <= int(setting) < settings:
+        raise ReportError(
+            f"--setting {setting}: {file} is a sweep of {settings} settings (0 to {settings - 1})"
+        )
+    return int(setting)
+
+
+def setting_text(hp: dict[str, Any]) -> str:
+    """A setting's values, as a run's plots name it: `learning_rate=0.001,clip_eps=0.1`."""
+    return ",".join(
+        f"{str(k).removeprefix('hp.')}={v:g}" if _number(v) else f"{k}={v}" for k, v in hp.items()
+    )
+
+
+class NoFinishedSeed(ReportError):
+    """Every seed's score of a run (or of a setting) is missing or not finite."""
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _finite(v: float) -> bool:
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an integer beyond any float
+        return False
+
+
+def _run_record(
+    file: Path,
+    summary: dict,
+    published: dict,
+    raw: Any,
+    score: str = "return",
+    setting: int | None = None,
+    label: str | None = None,
+) -> dict[str, Any]:
+    """A run's (or with `label`, one setting's) algorithm, task, finite per-seed scores (`raw`:
+    a list, or a sweep member's `final_return_per_seed`) and provenance."""
+    if isinstance(raw, dict):
+        raw = raw.get("final_return_per_seed")
+        if not isinstance(raw, list) or not raw:
+            raise ReportError(f"{file}: setting {setting} has no final_return_per_seed")
+    what = "final_return_per_seed" if score == "return" else f"episode figure {score!r}"
+    if not all(v is None or _number(v) for v in raw):
         raise ReportError(f"{file}: {what} holds a value that is not a number")
-    scores = [float(v) for v in raw if v is not None and math.isfinite(v)]
+    scores = [float(v) for v in raw if v is not None and _finite(v)]
     if not scores:
-        raise ReportError(f"{file}: no seed finished an episode ({score} per seed: {raw})")
+        which = f"setting {setting}: " if setting is not None else ""
+        raise NoFinishedSeed(
+            f"{file}: {which}no seed finished an episode ({score} per seed: {raw})"
+        )
     task = published.get("task") or summary.get("env")
     if not isinstance(task, str):
         raise ReportError(f"{file}: names no task (no 'task' and no env in its summary)")
@@ -128,13 +280,15 @@ def _run_record(
     algorithm = published.get("algorithm") or summary["algorithm"]
     if not isinstance(algorithm, str):
         raise ReportError(f"{file}: its 'algorithm' is not a name")
+    steps = summary.get("total_env_steps")
     return {
         "path": str(file),
-        "algorithm": algorithm,
+        "algorithm": f"{algorithm} ({label})" if label is not None else algorithm,
         "task": task,
+        "setting": setting,
         "scores": scores,
         "dropped_seeds": len(raw) - len(scores),
-        "total_env_steps": summary.get("total_env_steps"),
+        "total_env_steps": steps if type(steps) is int else None,
         "command": published.get("command"),
         "date": published.get("date"),
     }
@@ -164,3 +318,30 @@ def cells_of(runs: list[dict[str, Any]]) -> tuple[dict[tuple[str, str], list[flo
             if len({r["total_env_steps"] for r in group}) > 1:
                 notes.append(f"{algo} on {task}: its inputs ran different budgets")
     return cells, notes
+
+
+def read_anchors(path: Path) -> dict[str, dict[str, float]]:
+    """Published reference scores from a YAML mapping `label: {task: score}`."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, UnicodeDecodeError) as err:
+        why = err.strerror if isinstance(err, OSError) else "not text"
+        raise ReportError(f"--anchors: cannot read {path} ({why})") from None
+    except yaml.YAMLError as err:
+        why = " ".join(str(err).split())
+        raise ReportError(f"--anchors: {path} is not valid YAML ({why})") from None
+    shape = "a mapping label: {task: score}, e.g. 'gymnax-blines PPO: {Breakout-MinAtar: 28}'"
+    if not isinstance(data, dict) or not data:
+        raise ReportError(f"--anchors: {path} must hold {shape}")
+    anchors = {}
+    for label, scores in data.items():
+        if not isinstance(scores, dict):
+            raise ReportError(f"--anchors: {label!r} in {path} must map tasks to scores")
+        for task, value in scores.items():
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or not math.isfinite(value):
+                raise ReportError(f"--anchors: {label!r} on {task!r}: {value!r} is not a number")
+        anchors[str(label)] = {str(t): float(v) for t, v in scores.items()}
+    return anchors

@@ -19,41 +19,22 @@ from typing import Any
 
 import numpy as np
 
-from rlax_trpo.report.aggregate import METRICS, ReportError
+from rlax_trpo.report.aggregate import METRICS, MIN_SEEDS_FOR_INTERVAL
+
+# What a cell of per_task.png shows by its seeds (`cell_kind`): its marker, its legend.
+CELL_KINDS = {
+    "iqm": ("o", f"IQM, 95% bootstrap CI ({MIN_SEEDS_FOR_INTERVAL}+ seeds)"),
+    "range": ("s", f"mean, range min to max (2-{MIN_SEEDS_FOR_INTERVAL - 1} seeds)"),
+    "value": ("D", "the value of its single seed"),
+}
 
 FIGURES = {
-    "per_task.png": "IQM of the final score per task, with 95% intervals",
+    "per_task.png": "the final score per task: the IQM with its 95% interval from 4 seeds on, "
+    "else the mean with the range, or one seed's value",
     "aggregate.png": "aggregate metrics of min-max normalised scores, with 95% intervals",
     "performance_profile.png": "performance profiles of min-max normalised scores",
     "probability_of_improvement.png": "probability of improvement, with 95% intervals",
 }
-
-
-def read_anchors(path: Path) -> dict[str, dict[str, float]]:
-    """Published reference scores from a YAML mapping `label: {task: score}`."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, UnicodeDecodeError) as err:
-        why = err.strerror if isinstance(err, OSError) else "not text"
-        raise ReportError(f"--anchors: cannot read {path} ({why})") from None
-    except yaml.YAMLError as err:
-        why = " ".join(str(err).split())
-        raise ReportError(f"--anchors: {path} is not valid YAML ({why})") from None
-    shape = "a mapping label: {task: score}, e.g. 'gymnax-blines PPO: {Breakout-MinAtar: 28}'"
-    if not isinstance(data, dict) or not data:
-        raise ReportError(f"--anchors: {path} must hold {shape}")
-    anchors = {}
-    for label, scores in data.items():
-        if not isinstance(scores, dict):
-            raise ReportError(f"--anchors: {label!r} in {path} must map tasks to scores")
-        for task, value in scores.items():
-            number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not number or not math.isfinite(value):
-                raise ReportError(f"--anchors: {label!r} on {task!r}: {value!r} is not a number")
-        anchors[str(label)] = {str(t): float(v) for t, v in scores.items()}
-    return anchors
 
 
 def num(x: float) -> str:
@@ -211,32 +192,56 @@ def _agg_pyplot() -> Iterator[Any]:
         plt.switch_backend(previous)
 
 
-def _per_task_figure(report: dict[str, Any], path: Path) -> None:
+def cell_kind(cell: dict[str, Any]) -> str:
+    """What a per-task cell's point and bar are: from 4 seeds the IQM and its 95% interval;
+    with 2-3 the mean and the range (`stats.few_seeds_note`); with 1, the value."""
+    if cell["seeds"] >= MIN_SEEDS_FOR_INTERVAL:
+        return "iqm"
+    return "range" if cell["seeds"] > 1 else "value"
+
+
+def score_label(score: str) -> str:
+    """The plotted score in words: `final episode return`, or `final score percent`."""
+    return "final episode return" if score == "return" else f"final {score.replace('_', ' ')}"
+
+
+def _per_task_figure(report: dict[str, Any], path: Path) -> Any:
+    """Per task, a point and bar per algorithm, each of its kind (`cell_kind`: marker and
+    legend say which); the axes name the score. Returns the `Figure` saved to `path`."""
     from matplotlib.figure import Figure  # no pyplot: the caller's backend is left alone
+    from matplotlib.lines import Line2D
 
     tasks, algorithms = report["tasks"], report["algorithms"]
     cols = min(4, len(tasks))
     rows = math.ceil(len(tasks) / cols)
-    fig = Figure(figsize=(1.2 + 1.1 * len(algorithms) * cols, 3.2 * rows), dpi=100)
+    cells = [report["per_task"][t].get(a) for t in tasks for a in algorithms]
+    kinds = [k for k in CELL_KINDS if any(c and cell_kind(c) == k for c in cells)]
+    legend_height = 0.18 * len(kinds) + 0.1
+    fig = Figure(figsize=(1.2 + 1.1 * len(algorithms) * cols, 3.2 * rows + legend_height))
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     for ax, task in zip(axes, tasks, strict=False):
         for i, algo in enumerate(algorithms):
             cell = report["per_task"][task].get(algo)
             if cell:
-                (low, high), iqm = cell["iqm_ci95"], cell["iqm"]
-                ax.errorbar(
-                    i, iqm, yerr=[[iqm - low], [high - iqm]], fmt="o", capsize=5, color=f"C{i}"
-                )
+                kind = cell_kind(cell)
+                (low, high), centre = cell["iqm_ci95"], cell["iqm"]
+                if kind != "iqm":  # what the legend says: the mean and the range, exactly
+                    low, high, centre = min(cell["scores"]), max(cell["scores"]), cell["mean"]
+                bar = None if kind == "value" else [[centre - low], [high - centre]]
+                ax.errorbar(i, centre, yerr=bar, fmt=CELL_KINDS[kind][0], capsize=5, color=f"C{i}")
         ax.set_xticks(range(len(algorithms)), algorithms)
         ax.set_xlim(-0.6, len(algorithms) - 0.4)
         ax.set_title(task, fontsize=9)
         ax.grid(alpha=0.3, axis="y")
     for ax in axes[len(tasks) :]:
         ax.set_visible(False)
-    score = report["settings"].get("score", "return")
-    axes[0].set_ylabel(f"final {score}: IQM, 95% CI")
-    fig.tight_layout()
-    fig.savefig(path, format="png")
+    for ax in axes[::cols]:
+        ax.set_ylabel(score_label(report["settings"].get("score", "return")))
+    handles = [Line2D([], [], color="0.4", marker=CELL_KINDS[k][0], linestyle="") for k in kinds]
+    fig.legend(handles, [CELL_KINDS[k][1] for k in kinds], loc="lower center", fontsize=8)
+    fig.tight_layout(rect=(0, legend_height / fig.get_figheight(), 1, 1))
+    fig.savefig(path, format="png", dpi=100)
+    return fig
 
 
 def _aggregate_figure(report: dict[str, Any], path: Path) -> None:

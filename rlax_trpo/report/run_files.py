@@ -64,7 +64,8 @@ def plot_curves(
 ) -> Any:
     """One line per entry of `curves` (label -> `[seeds, iterations]`): the statistic the
     summary reports over seeds (`stats.curve_statistic`: the IQM with a 95% bootstrap band from
-    4 seeds on; the mean and the range with 2-3), named in the legend and on the y axis.
+    4 seeds on; the mean and the range with 2-3; one seed's value), named in the legend and on
+    the y axis, whose metric (`ylabel`, a key such as `episode/return`) is named in words.
     `smooth` > 1 first averages each seed over a trailing window of that many iterations.
     Returns the matplotlib `Figure` it saved to `path`."""
     from matplotlib.figure import Figure  # no pyplot: the caller's backend is left alone
@@ -77,21 +78,29 @@ def plot_curves(
         steps = (np.arange(values.shape[-1]) + 1) * steps_per_iteration
         centre, low, high, name, band = stats.curve_statistic(values)
         names.add(name)
-        shown = f"{label}: {name} of {values.shape[0]} seeds" if values.shape[0] > 1 else label
+        n = values.shape[0]
+        shown = f"{label}: {name} of {n} seeds" if n > 1 else f"{label}: 1 seed"
         (line,) = ax.plot(steps, centre, label=shown)
         if band:  # one legend entry names the shading
             shading = None if banded else f"shaded: {band}"
             ax.fill_between(steps, low, high, alpha=0.2, color=line.get_color(), label=shading)
             banded = True
     ax.set_xlabel("environment steps (per seed)")
-    over = f", {'/'.join(sorted(names))} over seeds" if names - {"value"} else ""
-    ax.set_ylabel(f"{ylabel}{over}" + (f", {smooth}-iteration average" if smooth > 1 else ""))
+    over = f", {'/'.join(sorted(names - {'value'}))} over seeds" if names - {"value"} else ""
+    over += ", one seed" if "value" in names else ""
+    average = f", {smooth}-iteration average" if smooth > 1 else ""
+    ax.set_ylabel(f"{metric_label(ylabel)}{over}{average}")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     return fig
+
+
+def metric_label(key: str) -> str:
+    """A metric's key in words, for a plot: `episode/return` -> `episode return`."""
+    return key.replace("/", " ").replace("_", " ")
 
 
 def return_summary(
@@ -165,7 +174,7 @@ def write_run_files(
     title = f"{summary['algorithm']} on {summary['env']}"
     returns = metrics[curve].reshape(len(settings), seeds, -1)
     best = (summary.get("best") or {}).get("index", 0)
-    label = f"best setting {setting_label(settings[best])}" if sweep.names else curve
+    label = f"best setting {setting_label(settings[best])}" if sweep.names else metric_label(curve)
     if sweep.names:
         curves = {setting_label(s): r for s, r in zip(settings, returns, strict=True)}
         plot_curves(
