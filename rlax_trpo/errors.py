@@ -4,7 +4,7 @@ import re
 
 # What the distributed runtime writes when a peer or the coordinator is gone.
 PEER_FAILURE = re.compile(
-    r"stopped sending heartbeats|coordination service|CoordinationService|Gloo|"
+    r"stopped sending heartbeats|coordination service|CoordinationService|Gloo[^\n]*failed|"
     r"Connection reset by peer|Connection closed by peer|Socket closed|heartbeat|\bbarrier\b",
     re.IGNORECASE,
 )
@@ -31,16 +31,12 @@ class RunFailed(RuntimeError):
         self.status = status
 
 
-def describe_failure(err: BaseException, kept: object | None) -> BaseException | None:
-    """The one-line error a run's failure `err` becomes (`kept`: the run folder, when it
-    holds a checkpoint), or None when it is a defect to show with its traceback."""
+def describe_failure(err: BaseException, where: str) -> BaseException | None:
+    """The one-line error a run's failure `err` becomes (`where`: one clause saying what the
+    run folder keeps, or "nothing was kept"), or None when it is a defect to show with its
+    traceback."""
     import errno
 
-    where = (
-        f"the run folder {str(kept)!r} keeps its last checkpoint (--resume {kept} continues it)"
-        if kept is not None
-        else "nothing was kept"
-    )
     if isinstance(err, KeyboardInterrupt):
         return RunFailed(f"interrupted; {where}", status=130)
     text = str(err)

@@ -16,8 +16,7 @@ from probe_envs import register_probes
 
 import train
 from rlax_trpo import cli, make_trainer
-from rlax_trpo.experiment import driver
-from rlax_trpo.experiment import checkpoint
+from rlax_trpo.experiment import checkpoint, driver
 
 ROOT = Path(__file__).resolve().parents[1]
 register_probes()
@@ -207,3 +206,97 @@ def test_the_resume_hint_names_the_command_that_was_run(tmp_path, capsys, monkey
     interrupted = driver.RunResult(out, "interrupted", None, {"x": np.zeros((1, 2))}, None, 2)
     assert cli._report(interrupted, "train.py") == 130
     assert f"resume with: python train.py --resume {out}\n" in capsys.readouterr().err
+
+
+def _libraries_speak() -> None:
+    """What libraries do at a fault: log (absl, orbax), end a thread with a traceback, leave
+    an exception nobody can raise, warn, write to the native stderr and stdout; then our own
+    lines."""
+    import logging
+    import os
+    import threading
+
+    logging.getLogger("absl").error("absl speaks")
+    thread = threading.Thread(target=lambda: 1 / 0, name="orbax-writer")
+    thread.start()
+    thread.join()
+
+    class Unraisable:
+        def __del__(self):
+            raise ValueError("nobody can raise this")
+
+    Unraisable()
+    warnings.warn_explicit("a library warns", UserWarning, "/site-packages/lib.py", 1)
+    os.write(2, b"native runtime speaks\n")
+    os.write(1, b"[Gloo] Rank 0 is connected to 1 peer ranks\n")
+    print("error: the command's own line", file=sys.stderr)
+    print("the command's own output")
+
+
+def test_the_libraries_messages_go_to_the_run_log_unless_verbose(tmp_path, capfd):
+    """Inside the command (unless --verbose) the libraries' messages go to the log, kept in
+    a temporary file until the run folder exists and then in <run>/run.log; the command's
+    own lines stay on stderr."""
+    import logging
+    import os
+
+    from rlax_trpo.experiment import runlog
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    with runlog.quiet_libraries(True):
+        logging.getLogger("jax").warning("before the run folder")
+        runlog.attach(folder)
+        _libraries_speak()
+    captured = capfd.readouterr()
+    assert captured.err == "error: the command's own line\n"
+    assert captured.out == "the command's own output\n"
+    log = (folder / "run.log").read_text()
+    for said in ("before the run folder", "absl speaks", "orbax-writer", "ZeroDivisionError",
+                 "nobody can raise this", "a library warns", "native runtime speaks",
+                 "[Gloo] Rank 0"):  # fmt: skip
+        assert said in log, (said, log)
+    with runlog.quiet_libraries(False):  # --verbose: left as it was (here pytest's hooks)
+        os.write(2, b"native runtime speaks\n")
+    assert capfd.readouterr().err == "native runtime speaks\n"
+
+
+def test_verbose_is_a_train_option():
+    assert cli.build_parser().parse_args(["--verbose"]).verbose
+    assert not cli.build_parser().parse_args([]).verbose
+
+
+def test_the_command_keeps_the_libraries_quiet_for_its_whole_process(tmp_path, monkeypatch):
+    """What libraries leave behind speaks as the interpreter ends (asyncio's "Future
+    exception was never retrieved" after a failed checkpoint write): the command (train.py,
+    rlax-trpo: `main()` reading sys.argv) stays diverted to its end; a call from Python
+    (`main([...])`) puts everything back."""
+    import contextlib
+
+    seen = []
+
+    def quiet(quiet, to_the_end=False):
+        seen.append(to_the_end)
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(cli.runlog, "quiet_libraries", quiet)
+    monkeypatch.setattr(cli, "_train", lambda *args: 0)
+    monkeypatch.setattr(sys, "argv", ["train.py", "--seeds", "2"])
+    assert cli.main() == cli.main(["--seeds", "2"]) == 0
+    assert seen == [True, False]
+
+    script = (
+        "import asyncio, sys\n"
+        "from pathlib import Path\n"
+        "from rlax_trpo.experiment import runlog\n"
+        "with runlog.quiet_libraries(True, to_the_end=True):\n"
+        "    runlog.attach(Path(sys.argv[1]))\n"
+        "    left = asyncio.new_event_loop().create_future()\n"
+        "    left.set_exception(ValueError('a write failed'))\n"
+        "print('error: the one line', file=sys.stderr)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0 and proc.stderr == "error: the one line\n", proc.stderr
+    log = (tmp_path / "run.log").read_text()
+    assert "exception was never retrieved" in log and "a write failed" in log, log

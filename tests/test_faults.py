@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -20,9 +21,7 @@ import pytest
 from probe_envs import register_probes
 
 import train
-from rlax_trpo.experiment import driver
-from rlax_trpo.experiment import checkpoint
-from rlax_trpo.experiment import chunks
+from rlax_trpo.experiment import checkpoint, chunks, driver
 
 register_probes()
 
@@ -73,11 +72,11 @@ KILL_AT = textwrap.dedent("""
 """)
 
 PHASES = {  # phase -> (module, function, call): where the process dies
-    "compiling, before any checkpoint": ("rlax_trpo.experiment", "compile_run", 1),
+    "compiling, before any checkpoint": ("rlax_trpo.experiment.driver", "compile_run", 1),
     "inside the second checkpoint write": ("rlax_trpo.experiment.checkpoint", "_finish_step", 2),
     "between chunks": ("rlax_trpo.experiment.chunks", "_chunk_metrics", 3),
-    "after the last checkpoint (evaluation)": ("rlax_trpo.experiment", "evaluate", 1),
-    "writing metrics.csv": ("rlax_trpo.report", "write_metrics_csv", 1),
+    "after the last checkpoint (evaluation)": ("rlax_trpo.experiment.driver", "evaluate", 1),
+    "writing metrics.csv": ("rlax_trpo.report.run_files", "write_metrics_csv", 1),
 }
 
 
@@ -102,12 +101,38 @@ def test_killed_in_any_phase_resume_finishes_identically(phase, reference, tmp_p
     assert not list(out.rglob(".*tmp*")) and not (out / ".lock").exists()
 
 
+# A run that waits after its first chunk until the file $GO exists: it holds its folder for
+# as long as a test needs (a warm compilation cache makes a tiny run end within seconds).
+HOLD_AFTER_FIRST_CHUNK = textwrap.dedent("""
+    import os, sys, time
+    sys.path.insert(0, os.environ["ROOT"])
+    from rlax_trpo.experiment import chunks
+
+    original, calls = chunks._chunk_metrics, [0]
+
+    def held(*args, **kwargs):
+        calls[0] += 1
+        deadline = time.time() + 300
+        while calls[0] == 1 and not os.path.exists(os.environ["GO"]) and time.time() < deadline:
+            time.sleep(0.05)
+        return original(*args, **kwargs)
+
+    chunks._chunk_metrics = held
+    import train
+    sys.exit(train.main(sys.argv[1:]))
+""")
+
+
 def test_a_second_writer_fails_at_once_and_the_first_is_unharmed(reference, tmp_path):
-    out = tmp_path / "run"
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    out, go = tmp_path / "run", tmp_path / "go"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "ROOT": str(ROOT), "GO": str(go)}
     cmd = [sys.executable, str(ROOT / "train.py"), *TINY]
     first = subprocess.Popen(
-        [*cmd, "--out", str(out)], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", HOLD_AFTER_FIRST_CHUNK, *TINY, "--out", str(out)],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.time() + 240
     while not (out / ".lock").exists() and first.poll() is None and time.time() < deadline:
@@ -121,6 +146,7 @@ def test_a_second_writer_fails_at_once_and_the_first_is_unharmed(reference, tmp_
         err = second.stderr.strip().splitlines()
         assert len(err) == 1 and "is being written by another run (pid" in err[0], err
         assert time.time() - t0 < 60
+    go.touch()
     assert first.wait(timeout=300) == 0, first.stderr.read()
     assert (out / "metrics.csv").read_bytes() == reference
 
@@ -137,21 +163,98 @@ def test_an_empty_mount_point_as_out_keeps_the_results(tmp_path):
     assert ".lock" not in names
 
 
-def test_a_failure_before_any_checkpoint_leaves_nothing(tmp_path, monkeypatch, capsys):
-    """Nothing computed, nothing kept: a fresh folder is removed, an empty mount point emptied
+def test_a_failure_before_the_plan_leaves_nothing(tmp_path, monkeypatch, capsys):
+    """Nothing planned, nothing kept: a fresh folder is removed, an empty mount point emptied
     (never removed itself)."""
 
     def out_of_disk(*args, **kwargs):
-        raise OSError(28, "No space left on device", "compile cache")
+        raise OSError(28, "No space left on device", "config.yaml")
 
-    monkeypatch.setattr(driver, "compile_run", out_of_disk)
+    monkeypatch.setattr(driver, "open_folder", out_of_disk)
     for out, existed in ((tmp_path / "new", False), (tmp_path / "volume", True)):
         if existed:
             out.mkdir()
         assert train.main([*TINY, "--out", str(out)]) == 3
         err = capsys.readouterr().err.strip().splitlines()
-        assert err[-1] == "error: No space left on device: compile cache; nothing was kept", err
+        assert err[-1] == "error: No space left on device: config.yaml; nothing was kept", err
         assert out.exists() == existed and not (existed and any(out.iterdir()))
+
+
+def test_a_failed_start_keeps_the_plan_and_resume_runs_it(reference, tmp_path, monkeypatch):
+    """A failure once the plan is written (here compiling, as when a peer cannot be met): the
+    folder is kept with its plan, the line says so, and --resume runs it to the same end."""
+
+    def out_of_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device", "compile cache")
+
+    monkeypatch.setattr(driver, "compile_run", out_of_disk)
+    out = tmp_path / "run"
+    code, err = _capture_main([*TINY, "--out", str(out)])
+    monkeypatch.undo()
+    assert code == 3 and err == [
+        f"error: No space left on device: compile cache; the run folder {str(out)!r} has no "
+        "checkpoint yet (--resume starts the run over)"
+    ], err
+    assert (out / "checkpoint" / "plan.json").is_file() and not (out / ".lock").exists()
+    assert train.main(["--resume", str(out), "--no-progress"]) == 0
+    assert (out / "metrics.csv").read_bytes() == reference
+
+
+@pytest.fixture(scope="module")
+def unchunked(tmp_path_factory) -> Path:
+    """The run folder of TINY without chunks, never interrupted."""
+    out = tmp_path_factory.mktemp("unchunked") / "run"
+    assert train.main([*TINY[:-2], "--out", str(out)]) == 0
+    return out
+
+
+def _no_state_written(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+
+@pytest.mark.parametrize("where", ["run folder", "elsewhere"])
+def test_an_unchunked_run_whose_checkpoint_fails_keeps_its_results(
+    where, unchunked, tmp_path, monkeypatch
+):
+    """Its one (final) checkpoint cannot be written: the final phase still runs, metrics.csv
+    and summary.json are written (in the run folder, or where the line says when that cannot
+    take them either), exit 3 with one line; --resume then says the run is complete."""
+    out = tmp_path / "run"
+    monkeypatch.setattr(checkpoint, "_write_state", _no_state_written)
+    if where == "elsewhere":
+        from rlax_trpo.report import run_files
+
+        original = run_files.write_run_files
+
+        def folder_full(folder, *args, **kwargs):
+            if Path(folder) == out:
+                (out / ".metrics.tmp.csv").write_text("seed,")  # it began, then the disk filled
+                raise OSError(28, "No space left on device", str(out / ".metrics.tmp.csv"))
+            return original(folder, *args, **kwargs)
+
+        monkeypatch.setattr(run_files, "write_run_files", folder_full)
+    code, err = _capture_main([*TINY[:-2], "--out", str(out)])
+    monkeypatch.undo()
+    assert code == 3 and len(err) == 1, err
+    ckpt = out / "checkpoint"
+    assert err[0].startswith(f"error: could not write checkpoint iter_000008 in {str(ckpt)!r}")
+    assert "no space left on the device; no earlier checkpoint exists" in err[0], err
+    found = re.search(r"metrics\.csv and summary\.json are in '([^']+)' \(its trained state "
+                      r"is not kept\)$", err[0])  # fmt: skip
+    assert found, err
+    kept = Path(found.group(1))
+    assert (kept == out) == (where == "run folder"), kept
+    assert (kept / "metrics.csv").read_bytes() == (unchunked / "metrics.csv").read_bytes()
+    summary, whole = (json.loads((d / "summary.json").read_text()) for d in (kept, unchunked))
+    assert summary["iterations_done"] == 8
+    assert summary["final_return_per_seed"] == whole["final_return_per_seed"]
+    assert not list(out.glob(".*.tmp*")) and not (out / ".lock").exists()
+    assert not list((out / "checkpoint").glob("iter_*"))
+    if where == "elsewhere":
+        shutil.rmtree(kept)
+        return
+    code, err = _capture_main(["--resume", str(out), "--no-progress"])
+    assert code == 2 and err == [f"error: --resume: the run in {str(out)!r} is already complete"]
 
 
 def _mount_tmpfs(path: Path, size: str) -> bool:
@@ -191,6 +294,74 @@ def test_disk_full_is_one_line_and_keeps_the_last_checkpoint(reference, tmp_path
         (disk / "filler").unlink()
         assert train.main(["--resume", str(out), "--no-progress"]) == 0
         assert (out / "metrics.csv").read_bytes() == reference
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
+
+
+# The command, whose disk runs out of files (inodes) just before its FILL_AT-th checkpoint,
+# FREE left: orbax starts writing and fails from its threads, as on a full disk, while the
+# log file, already open, can still grow (blocks are left).
+FILL_BEFORE_SAVE = textwrap.dedent("""
+    import os, sys
+    from pathlib import Path
+    sys.path.insert(0, os.environ["ROOT"])
+    from rlax_trpo.experiment import chunks
+
+    disk, free, save = Path(os.environ["DISK"]), int(os.environ["FREE"]), chunks._save
+    calls = [0]
+
+    def fill_then_save(setup, *args):
+        calls[0] += 1
+        if calls[0] == int(os.environ["FILL_AT"]):
+            (disk / "filler").mkdir()
+            n = 0
+            try:
+                while True:
+                    (disk / "filler" / str(n)).touch()
+                    n += 1
+            except OSError:
+                for i in range(1, free + 1):
+                    (disk / "filler" / str(n - i)).unlink()
+        save(setup, *args)
+
+    chunks._save = fill_then_save
+    import train
+    sys.exit(train.main())  # as the command: its own process
+""")
+
+
+@pytest.mark.parametrize("which", ["the only one", "a later one"])
+def test_a_full_disk_at_a_checkpoint_is_one_line_and_keeps_the_results(which, unchunked, tmp_path):
+    """The command on a disk that is full when a checkpoint is written: stderr is the one
+    line (orbax's and absl's messages, tracebacks from their threads, asyncio's futures are
+    in <run>/run.log), exit 3. Unchunked (the only checkpoint, the final one), metrics.csv
+    and summary.json are in the run folder; chunked, the earlier checkpoint is kept."""
+    disk = tmp_path / "disk"
+    if shutil.which("mount") is None or not _mount_tmpfs(disk, "16m,nr_inodes=400"):
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        out, chunked = disk / "run", which == "a later one"
+        env = {**os.environ, "ROOT": str(ROOT), "JAX_PLATFORMS": "cpu", "DISK": str(disk)}
+        env.update(FREE="3", FILL_AT="2" if chunked else "1")
+        argv = [*(TINY if chunked else TINY[:-2]), "--out", str(out)]
+        proc = subprocess.run([sys.executable, "-c", FILL_BEFORE_SAVE, *argv], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert proc.returncode == 3, proc.stderr[-3000:]
+        lines = proc.stderr.splitlines()
+        step = "iter_000004" if chunked else "iter_000008"
+        assert len(lines) == 1 and lines[0].startswith(f"error: could not write checkpoint {step}")
+        assert [x.split(" ... ")[0] for x in proc.stdout.splitlines()] == [
+            "compiling ppo on CartPole-v1 for 2 member(s)"
+        ], proc.stdout
+        log = (out / "run.log").read_text()
+        assert "No space left on device" in log and "absl" in log, log[-2000:]
+        if chunked:
+            assert lines[0].endswith("the checkpoint iter_000002 is kept"), lines
+            assert checkpoint.read_step(out / "checkpoint" / "iter_000002").iterations_done == 2
+            return
+        assert f"summary.json are in {str(out)!r}" in lines[0], lines
+        assert (out / "metrics.csv").read_bytes() == (unchunked / "metrics.csv").read_bytes()
+        assert json.loads((out / "summary.json").read_text())["iterations_done"] == 8
     finally:
         subprocess.run(["umount", str(disk)], check=False)
 
@@ -304,8 +475,8 @@ def test_a_second_ctrl_c_is_one_line_saying_what_was_kept(
     at_call, reference, tmp_path, monkeypatch
 ):
     """KeyboardInterrupt (the second Ctrl-C) in the middle of chunk `at_call`: exit 130 and
-    one line; with a checkpoint saved the folder is kept and resumes to the same result,
-    without one nothing is left."""
+    one line; the folder is kept and resumes to the same result (from its checkpoint, or
+    from the start with its plan)."""
     out, calls, original = tmp_path / "run", [0], chunks._chunk_metrics
 
     def interrupted(*args, **kwargs):
@@ -318,10 +489,11 @@ def test_a_second_ctrl_c_is_one_line_saying_what_was_kept(
     code, err = _capture_main([*TINY, "--out", str(out)])
     monkeypatch.undo()
     assert code == 130 and len(err) == 1, err
-    if at_call == 1:
-        assert err[0] == "error: interrupted; nothing was kept" and not out.exists()
-        return
-    assert err[0].startswith(f"error: interrupted; the run folder {str(out)!r} keeps its last")
+    if at_call == 1:  # its plan is kept: --resume starts it over
+        assert err[0] == (f"error: interrupted; the run folder {str(out)!r} has no checkpoint "
+                          "yet (--resume starts the run over)"), err  # fmt: skip
+    else:
+        assert err[0].startswith(f"error: interrupted; the run folder {str(out)!r} keeps its last")
     assert train.main(["--resume", str(out), "--no-progress"]) == 0
     assert (out / "metrics.csv").read_bytes() == reference
 

@@ -35,7 +35,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start_pair(argv: list[str]) -> list[subprocess.Popen]:
+def _start_pair(argv: list[str], env: dict | None = None) -> list[subprocess.Popen]:
     address = f"localhost:{_free_port()}"
     return [
         subprocess.Popen(
@@ -51,7 +51,7 @@ def _start_pair(argv: list[str]) -> list[subprocess.Popen]:
                 *argv,
             ],  # fmt: skip
             cwd=ROOT,
-            env=_env(2),
+            env={**_env(2), **(env or {})},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -148,17 +148,86 @@ def test_a_killed_peer_ends_the_other_within_the_peer_timeout_in_one_line(tmp_pa
     assert (out / "checkpoint" / "LATEST").is_file()
 
 
-def test_the_peer_timeout_bounds_joining_and_heartbeats(monkeypatch):
-    """--peer-timeout reaches JAX's runtime as both of its timeouts (the end-to-end test above
-    may see the kill through Gloo first, so it cannot tell whether heartbeats are bounded)."""
+def test_the_timeouts_reach_the_runtime(monkeypatch):
+    """--peer-timeout reaches JAX's runtime as its heartbeat timeout (the end-to-end test
+    above may see the kill through Gloo first, so it cannot tell whether heartbeats are
+    bounded); --startup-timeout as every wait for a live process: joining, the devices'
+    topology, the meeting after compiling, shutdown."""
     import jax
 
     from rlax_trpo.experiment import parallel
 
-    seen = {}
-    monkeypatch.setattr(jax.config, "update", lambda *a: None)
+    seen, configured = {}, {}
+    monkeypatch.setattr(jax.config, "update", lambda name, value: configured.update({name: value}))
     monkeypatch.setattr(jax.distributed, "initialize", lambda **kw: seen.update(kw))
-    parallel.initialize_distributed("localhost:1234", 2, 1, peer_timeout=7)
-    assert seen["initialization_timeout"] == 7 and seen["heartbeat_timeout_seconds"] == 7
+    monkeypatch.setattr(parallel, "_startup_timeout", [parallel.STARTUP_TIMEOUT])
+    parallel.initialize_distributed("localhost:1234", 2, 1, peer_timeout=7, startup_timeout=90)
+    assert seen["heartbeat_timeout_seconds"] == 7
+    assert seen["initialization_timeout"] == seen["shutdown_timeout_seconds"] == 90
+    assert configured["jax_cpu_get_local_topology_timeout_minutes"] == 2
+    assert configured["jax_cpu_get_global_topology_timeout_minutes"] == 3
+    assert parallel._startup_timeout == [90]  # the meeting after compiling waits as long
     assert (seen["coordinator_address"], seen["num_processes"], seen["process_id"]) == (
         "localhost:1234", 2, 1)  # fmt: skip
+
+
+# Installed through PYTHONPATH in every process of a test (the supervised training children
+# inherit it): the process given `--process-id` DELAYED_PROCESS sleeps DELAY_S seconds after
+# it compiled, as a process of a loaded machine may finish compiling that much later.
+DELAYED_COMPILE = """
+import os, sys
+
+def _delay():
+    import importlib.abc, importlib.machinery, time
+
+    argv, delay = sys.argv, float(os.environ["DELAY_S"])
+    if "--process-id" not in argv or argv[argv.index("--process-id") + 1] != os.environ[
+        "DELAYED_PROCESS"
+    ]:
+        return
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name != "rlax_trpo.experiment.chunks":
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            run_module = spec.loader.exec_module
+
+            def exec_module(module):
+                run_module(module)
+                compile_run = module.compile_run
+
+                def delayed(*args, **kwargs):
+                    compiled = compile_run(*args, **kwargs)
+                    time.sleep(delay)
+                    return compiled
+
+                module.compile_run = delayed
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, Finder())
+
+_delay()
+"""
+
+
+@pytest.mark.slow
+def test_a_peer_that_compiles_much_later_is_waited_for(single, tmp_path):
+    """One process compiles 40 s after the other (more than Gloo's fixed 30 s for setting up
+    its first collective): the processes meet after compiling, within the start-up timeout,
+    and the run finishes as a one-process run does."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(DELAYED_COMPILE)
+    out = tmp_path / "run"
+    env = {"PYTHONPATH": f"{hook}{os.pathsep}{ROOT}", "DELAY_S": "40", "DELAYED_PROCESS": "1"}
+    t0 = time.time()
+    results = _wait(_start_pair([*TINY, "--out", str(out)], env))
+    for code, stdout, err in results:
+        assert code == 0, (stdout + err)[-3000:]
+    assert time.time() - t0 > 40  # the delay happened
+    s2, s1 = _summary(out), _summary(single)
+    np.testing.assert_allclose(s2["final_return_per_seed"], s1["final_return_per_seed"])
+    np.testing.assert_allclose(s2["eval_return_mean"], s1["eval_return_mean"])

@@ -40,13 +40,16 @@ class Compiled(NamedTuple):
 
 
 class Trained(NamedTuple):
-    """The population after its chunks; `signal`: a signal stopped it early."""
+    """The population after its chunks; `signal`: a signal stopped it early; `unsaved`: its
+    final checkpoint could not be written and no earlier one exists (the final phase still
+    writes what it computed)."""
 
     state: Any
     metrics: dict[str, np.ndarray]  # [population, iterations done]
     iterations: int
     wall_seconds: float
     signal: int | None
+    unsaved: Exception | None = None
 
 
 def population_initializer(program: Program):
@@ -64,6 +67,7 @@ def restore(setup: Setup, bar: ProgressBar) -> Start:
     if setup.plan.resume is None or setup.plan.start_over:
         return Start(iteration=0, state=None, history=[], wall_seconds=0.0, compile_seconds=0.0)
     placement = setup.placement
+    parallel.meet("restore")  # restoring runs collectives: the processes meet first
     state, so_far, record = checkpoint.restore_step(
         setup.folder.out / "checkpoint", placement.abstract
     )
@@ -80,7 +84,8 @@ def restore(setup: Setup, bar: ProgressBar) -> Start:
 
 def compile_run(setup: Setup, start: Start) -> Compiled:
     """The chunk lengths (a chunk ends at every checkpoint, periodic evaluation and log
-    write), one compiled program per length, the initialiser of a fresh run."""
+    write), one compiled program per length, the initialiser of a fresh run and the
+    evaluation: everything the run will execute."""
     plan, program, placement = setup.plan, setup.program, setup.placement
     if setup.folder.owner:
         print(
@@ -107,18 +112,21 @@ def compile_run(setup: Setup, start: Start) -> Compiled:
     chunks = {
         k: run_fn.lower(placement.placed, placement.hparams, k).compile() for k in set(lengths)
     }
-    seconds = time.perf_counter() - t0
-    if setup.folder.owner:
-        print(f" {seconds:.1f} s", flush=True)
 
     def evaluate_population(state, key_data):
         return jax.vmap(program.evaluate)(state, jax.random.wrap_key_data(key_data))
 
+    # Compiled now too: after compile_run nothing the run calls is compiled any more (the
+    # processes of a multi-process run meet once, after it, before their first collective).
+    evaluate = jax.jit(evaluate_population).lower(placement.placed, placement.eval_keys).compile()
+    seconds = time.perf_counter() - t0
+    if setup.folder.owner:
+        print(f" {seconds:.1f} s", flush=True)
     return Compiled(
         init=init,
         chunks=chunks,
         lengths=lengths,
-        evaluate=jax.jit(evaluate_population),
+        evaluate=evaluate,
         compile_seconds=start.compile_seconds + seconds,
     )
 
@@ -149,7 +157,7 @@ def train(
     if state is None:
         state = jax.block_until_ready(compiled.init(placement.init_keys, placement.hparams))
     wall_s = start.wall_seconds + time.perf_counter() - t0
-    history, done = list(start.history), start.iteration
+    history, done, unsaved = list(start.history), start.iteration, None
     for k in compiled.lengths:
         t0 = time.perf_counter()
         state, metrics = jax.block_until_ready(compiled.chunks[k](state, placement.hparams))
@@ -162,13 +170,28 @@ def train(
         saved = (plan.chunked and at_checkpoint) or done == plan.total
         if saved:
             history = [stats.concatenate_chunks(history)]
-            _save(setup, compiled, state, history[0], done, wall_s)
-        if saved and stop.signum is not None:  # --resume finishes it (the final phase too)
+            try:
+                _save(setup, compiled, state, history[0], done, wall_s)
+            except checkpoint.CheckpointWriteError as err:
+                if not _only_in_memory(setup, done):
+                    raise  # an earlier checkpoint is kept: --resume computes the rest again
+                unsaved = err  # the final phase goes on: its small files keep the results
+        # --resume finishes it (the final phase too); an unsaved end is finished now
+        if saved and stop.signum is not None and unsaved is None:
             return Trained(state, history[0], done, wall_s, stop.signum)
         stopping = at_checkpoint and done < plan.total
         if stopping and plan.chunked and _all_diverged(setup, history[0], state):
             break  # nothing left to train; the checkpoint keeps the last finite parameters
-    return Trained(state, history[0], done, wall_s, None)
+    return Trained(state, history[0], done, wall_s, None, unsaved)
+
+
+def _only_in_memory(setup: Setup, done: int) -> bool:
+    """Whether a run whose checkpoint after `done` iterations failed holds its results
+    nowhere else: its last checkpoint, no earlier one on disk, one process (several go on
+    together only through their checkpoint's barriers)."""
+    ckpt = setup.folder.out / "checkpoint"
+    last = done == setup.plan.total and jax.process_count() == 1
+    return last and not checkpoint.saved_steps(ckpt)
 
 
 def _chunk_metrics(setup: Setup, compiled: Compiled, metrics, state, done: int):

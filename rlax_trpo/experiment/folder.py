@@ -7,7 +7,10 @@ A run writes its folder in place (also when `--out` is an empty mount point) and
 deletes one that holds a checkpoint. summary.json, written last, marks a finished run;
 anything short of it is continued by `--resume`: from the newest checkpoint, from the final
 phase when training was done, or from the start when no checkpoint was ever saved. A run
-that fails before it saved anything removes what it wrote (nothing half written).
+that fails before it wrote its plan (`checkpoint/plan.json`) removes what it wrote (nothing
+half written); from the plan on the folder is kept. A run whose final checkpoint cannot be
+written, with no earlier one, still writes its metrics.csv and summary.json
+(`finish_unsaved`).
 """
 
 from __future__ import annotations
@@ -15,17 +18,19 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 import yaml
 
-from rlax_trpo.errors import ConfigError
+from rlax_trpo.errors import ConfigError, RunFailed
 from rlax_trpo.experiment import checkpoint, loggers, parallel
 from rlax_trpo.experiment.chunks import Compiled, Trained
 from rlax_trpo.experiment.lock import LOCK, RunLock
 from rlax_trpo.experiment.plan import Folder, RunPlan, Setup
+from rlax_trpo.experiment.runlog import RUN_LOG
 from rlax_trpo.report import run_files, stats
 from rlax_trpo.types import Program
 
@@ -46,35 +51,37 @@ def make_folder(plan: RunPlan, program: Program, owner: bool) -> Folder:
     if not owner:
         return Folder(out=out, owner=False)
     created = not out.exists()
+    flag = "--out" if plan.resume is None else "--resume"  # the option that named it
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ConfigError(f"--out: cannot create {str(out)!r}: {err.strerror}") from None
+        raise ConfigError(f"{flag}: cannot create {str(out)!r}: {err.strerror}") from None
     try:
-        lock = RunLock.acquire(out)
+        lock = RunLock.acquire(out, flag)
     except (ConfigError, OSError) as err:
         if created:
             shutil.rmtree(out, ignore_errors=True)
         if isinstance(err, ConfigError):
             raise
-        raise ConfigError(f"--out: cannot write in {str(out)!r}: {err.strerror}") from None
+        raise ConfigError(f"{flag}: cannot write in {str(out)!r}: {err.strerror}") from None
     folder = Folder(out=out, owner=True, created=created, lock=lock)
     if plan.resume is None and any(p.name != LOCK for p in out.iterdir()):
         release_folder(folder, keep=True)  # another run wrote it since the plan was checked
         raise ConfigError(f"--out: {str(out)!r} exists and is not an empty directory")
     if plan.resume is not None:
-        checkpoint.remove_leftovers(out / "checkpoint")
+        checkpoint.remove_leftovers(out / "checkpoint", keep=plan.keep_checkpoints)
         for left in out.glob(".*.tmp*"):
             left.unlink(missing_ok=True)
         if plan.start_over:
-            _empty(out)
+            _empty(out, keep=(LOCK, RUN_LOG))
     return folder
 
 
-def _empty(out: Path) -> None:
-    """Everything in `out` but the lock (a run that starts over: all of it was its own)."""
+def _empty(out: Path, keep: tuple[str, ...] = (LOCK,)) -> None:
+    """Everything in `out` but the lock (a run that starts over: all of it was its own; its
+    log goes on)."""
     for entry in out.iterdir():
-        if entry.name == LOCK:
+        if entry.name in keep:
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)
@@ -169,16 +176,47 @@ def finish_folder(
     )
 
 
+def finish_unsaved(
+    setup: Setup,
+    writers: list[Any],
+    metrics: dict[str, np.ndarray],
+    summary: dict[str, Any],
+    unsaved: Exception,
+) -> RunFailed:
+    """A run whose final checkpoint could not be written, with no earlier one: its
+    metrics.csv, plots and summary.json written all the same, in the run folder or, when
+    that cannot take them either, in a new temporary folder; the one line (exit 3) saying
+    why the state is lost and where the results are."""
+    where = setup.folder.out
+    try:
+        finish_folder(setup, writers, metrics, summary)
+    except OSError:
+        for left in where.glob(".*.tmp*"):  # a file it could not finish
+            left.unlink(missing_ok=True)
+        where = Path(tempfile.mkdtemp(prefix=f"rlax-trpo-{where.name}-"))
+        finish_folder(setup._replace(folder=setup.folder._replace(out=where)), [], metrics, summary)
+    return RunFailed(
+        f"{unsaved}; the run's metrics.csv and summary.json are in {str(where)!r} (its "
+        "trained state is not kept)"
+    )
+
+
 def holds_results(folder: Folder) -> bool:
-    """Whether the folder holds a saved checkpoint step (then it is never removed)."""
+    """Whether the folder holds a saved checkpoint step."""
     return bool(checkpoint.saved_steps(folder.out / "checkpoint"))
+
+
+def holds_plan(folder: Folder) -> bool:
+    """Whether the folder holds the run's plan (then a failure never removes it: `--resume`
+    starts the run over from it, or continues its last checkpoint)."""
+    return checkpoint.has_plan(folder.out / "checkpoint") or holds_results(folder)
 
 
 def describe_kept(folder: Folder) -> str:
     """What a run stopped now leaves in its folder (one clause)."""
     where = f"the run folder {str(folder.out)!r}"
     if holds_results(folder):
-        return f"{where} keeps its last checkpoint (--resume continues it)"
+        return f"{where} keeps its last checkpoint (--resume {folder.out} continues it)"
     return f"{where} has no checkpoint yet (--resume starts the run over)"
 
 

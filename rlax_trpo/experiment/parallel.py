@@ -17,6 +17,14 @@ collectives; no `pmap`, no hand-written `psum`):
 Multi-host: call `initialize_distributed` (a thin wrapper of `jax.distributed.initialize`)
 in every process before anything else touches JAX; `jax.devices()` then lists the devices
 of all hosts and the same meshes span them. Nothing here is traced or jitted.
+
+Two timeouts govern a multi-process run. The peer timeout is how long a process may go
+without a heartbeat before the runtime counts it dead. The start-up timeout is how long a
+live process is waited for where the processes meet: joining, the backend's exchange of
+device topologies, after compiling (`meet`) and at shutdown. Processes compile at their own
+pace, and Gloo (the CPU collectives) gives the first collective of a group of devices a
+fixed 30 s for every process to arrive (`gloo::rendezvous::Context`'s default timeout, which
+XLA does not set), so the run meets after compiling, before its first collective.
 """
 
 from __future__ import annotations
@@ -34,26 +42,38 @@ LAYOUTS = ("population", "envs")
 ENV_AXIS_FIELDS = ("env_state", "obs", "episode", "return_acc", "memory", "first")
 
 
+PEER_TIMEOUT = 60  # seconds without a heartbeat before a process counts as dead
+STARTUP_TIMEOUT = 600  # seconds a live process is waited for where the processes meet
+_startup_timeout = [STARTUP_TIMEOUT]  # this process's, set by initialize_distributed
+
+
 def initialize_distributed(
     coordinator_address: str | None = None,
     num_processes: int | None = None,
     process_id: int | None = None,
-    peer_timeout: int = 60,
+    peer_timeout: int = PEER_TIMEOUT,
+    startup_timeout: int = STARTUP_TIMEOUT,
 ) -> None:
     """Join a multi-host run (`jax.distributed.initialize`); arguments left None are
     auto-detected on Cloud TPU, SLURM and Open MPI clusters. Call it before JAX starts its
     backend (`platform.setup_cpu` does not start it). CPU devices of different processes
     talk through gloo (TCP), so a multi-process run also works on CPUs alone.
-    `peer_timeout` (seconds) bounds the wait for every process to join and how long a
-    process may go without a heartbeat before the runtime counts it dead
-    (`rlax_trpo.experiment.peers`)."""
+    `peer_timeout` (seconds) is how long a process may go without a heartbeat before the
+    runtime counts it dead (`rlax_trpo.experiment.peers`); `startup_timeout` bounds every
+    wait for a live process where they meet: joining, the devices' topology, `meet` and
+    shutdown."""
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    minutes = -(-startup_timeout // 60)  # the backend's topology exchange counts minutes
+    jax.config.update("jax_cpu_get_local_topology_timeout_minutes", minutes)
+    jax.config.update("jax_cpu_get_global_topology_timeout_minutes", minutes + 1)
+    _startup_timeout[0] = startup_timeout
     jax.distributed.initialize(
         coordinator_address=coordinator_address,
         num_processes=num_processes,
         process_id=process_id,
-        initialization_timeout=peer_timeout,
+        initialization_timeout=startup_timeout,
         heartbeat_timeout_seconds=peer_timeout,
+        shutdown_timeout_seconds=startup_timeout,
     )
 
 
@@ -146,11 +166,31 @@ def _put_leaf(x: Any, sharding: jax.sharding.Sharding) -> jax.Array:
 
 
 def barrier(name: str) -> None:
-    """Wait for every process (a no-op in a one-process run)."""
+    """Wait for every process (a no-op in a one-process run): a collective, so only once
+    the processes have met (`meet`) and run their first collectives together."""
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 
         multihost_utils.sync_global_devices(name)
+
+
+_meetings = [0]
+
+
+def meet(name: str) -> None:
+    """Wait for every process at the distributed runtime's barrier (no collective, so no
+    Gloo deadline), for at most the start-up timeout; a no-op in a one-process run. Every
+    process meets at the same points in the same order (each meeting is numbered)."""
+    if jax.process_count() == 1:
+        return
+    from jax._src import distributed
+
+    _meetings[0] += 1
+    client = distributed.global_state.client
+    if client is None:  # a runtime without JAX's coordination service
+        barrier(name)
+        return
+    client.wait_at_barrier(f"rlax_trpo/{_meetings[0]}/{name}", _startup_timeout[0] * 1000)
 
 
 def run_token() -> int:

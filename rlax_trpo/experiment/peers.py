@@ -14,10 +14,12 @@ runs the training in a child process (its own process group) and supervises it:
 - when the child ends by a signal (the runtime's abort), the parent prints one line naming
   the cause and the log file, and exits with status 3 (the surroundings failed).
 
-`--peer-timeout S` (default 60) bounds both the wait for every process to join and how long
-a process may go without a heartbeat before the run counts it dead, so a surviving process
-ends within about S seconds of a peer's death (a killed peer is usually seen sooner, when
-its TCP connections close).
+`--peer-timeout S` (default 60) is how long a process may go without a heartbeat before the
+run counts it dead, so a surviving process ends within about S seconds of a peer's death (a
+killed peer is usually seen sooner, when its TCP connections close). `--startup-timeout S`
+(default 600) is how long a live process is waited for where the processes meet: joining,
+after compiling (they compile at their own pace) and at shutdown
+(`rlax_trpo.experiment.parallel`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ from typing import Any
 from rlax_trpo.errors import ConfigError, is_peer_failure
 from rlax_trpo.experiment import record as run_record
 
-PEER_TIMEOUT = 60  # seconds
 CHILD_ENV = "RLAX_TRPO_USER_STDERR"  # set in the supervised child: the user's stderr fd
 
 
@@ -62,20 +63,27 @@ def check_args(args: Any) -> bool:
             raise ConfigError("--coordinator-address: give --num-processes and --process-id too")
     if n is not None and i is not None and not 0 <= i < n:
         raise ConfigError(f"--process-id: must be from 0 to {n - 1} (got {i})")
-    if address is None and n is None and args.peer_timeout is not None:
-        raise ConfigError("--peer-timeout: only for a multi-process run (--num-processes)")
+    for flag, value in (
+        ("--peer-timeout", args.peer_timeout),
+        ("--startup-timeout", args.startup_timeout),
+    ):
+        if address is None and n is None and value is not None:
+            raise ConfigError(f"{flag}: only for a multi-process run (--num-processes)")
     return address is not None or n is not None
 
 
 def join(args: Any) -> None:
     """`jax.distributed.initialize` with the command line's values; a coordinator that
     cannot be reached or JAX's own checks: one-line ConfigError."""
-    from rlax_trpo.experiment.parallel import initialize_distributed
+    from rlax_trpo.experiment import parallel
 
-    timeout = args.peer_timeout or PEER_TIMEOUT
     try:
-        initialize_distributed(
-            args.coordinator_address, args.num_processes, args.process_id, peer_timeout=timeout
+        parallel.initialize_distributed(
+            args.coordinator_address,
+            args.num_processes,
+            args.process_id,
+            peer_timeout=args.peer_timeout or parallel.PEER_TIMEOUT,
+            startup_timeout=args.startup_timeout or parallel.STARTUP_TIMEOUT,
         )
     except (ValueError, RuntimeError) as err:  # JAX's own checks, and a coordinator not found
         first = next((x for x in str(err).splitlines() if x.strip()), type(err).__name__)
@@ -118,7 +126,9 @@ def supervise(argv: list[str], prog: str, process_id: int | None, folder: Path |
     when the child was ended by a signal (the distributed runtime's abort)."""
     log = Path(tempfile.gettempdir()) / f"rlax-trpo-process{process_id}-{os.getpid()}.log"
     user = os.dup(2)
-    package_root = str(Path(__file__).resolve().parents[1])
+    # The folder holding the package rlax_trpo/ (never the package's own folder: its
+    # types.py would shadow the standard library's in the child).
+    package_root = str(Path(__file__).resolve().parents[2])
     path = os.environ.get("PYTHONPATH")
     env = {
         **os.environ,
@@ -153,7 +163,7 @@ def supervise(argv: list[str], prog: str, process_id: int | None, folder: Path |
     text = log.read_text(errors="replace")
     cause = (
         "a process of this multi-process run stopped or cannot be reached (the distributed "
-        "runtime gave up on it within --peer-timeout)"
+        "runtime gave up on it within --peer-timeout or --startup-timeout)"
         if is_peer_failure(text)
         else f"the training process ended by {name}"
     )
