@@ -20,12 +20,15 @@ def machine() -> str:
 
 def fresh_process_env(extra: dict[str, str]) -> dict[str, str]:
     """The environment of a fresh `train.py` process that a benchmark times: this one's without
-    XLA_FLAGS (no forced device count; XLA's default code), plus `extra`. A smoke run
+    XLA_FLAGS (no forced device count; XLA's default code) and without the per-user
+    compilation cache (`compile_seconds` is a compile from nothing), plus `extra`. A smoke run
     (benchmarks/smoke.py), whose figures mean nothing, passes its compile flags on through
-    RLAX_TRPO_CHILD_XLA_FLAGS."""
+    RLAX_TRPO_CHILD_XLA_FLAGS and keeps its cache."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     if os.environ.get("RLAX_TRPO_CHILD_XLA_FLAGS"):
         env["XLA_FLAGS"] = os.environ["RLAX_TRPO_CHILD_XLA_FLAGS"]
+    else:
+        env["RLAX_TRPO_COMPILE_CACHE"] = "0"
     if "XLA_FLAGS" in extra and "XLA_FLAGS" in env:
         extra = {**extra, "XLA_FLAGS": f"{env['XLA_FLAGS']} {extra['XLA_FLAGS']}"}
     return env | extra
