@@ -13,6 +13,12 @@ stays under `--runs`. `rlax-trpo report` turns those files into the tables and f
     python benchmarks/standard_tables.py minatar --algos ppo --games Breakout-MinAtar
     python benchmarks/standard_tables.py craftax --seeds 4
     python benchmarks/standard_tables.py minatar --budget 65536 --runs /tmp/t --results /tmp/r
+    python benchmarks/standard_tables.py minatar --algos trpo --budget 2000000 --seeds 2 \
+        --sweep hp.max_kl=0.01,0.03 --sweep hp.ent_coef=0,0.01 --results DIR   # tune a row
+
+With `--sweep` a cell is one compiled population of settings x seeds (`train.py --sweep`), the
+way a user tunes with this library; its summary (every setting's IQM and interval, and the
+best) is published like a cell's, to `--results` (default `benchmarks/results/<table>_sweeps`).
 
 Published anchors (docs/results.md): gymnax-blines' PPO at 1e7 (Breakout 28, SpaceInvaders
 131, Asterix 15, Freeway 58), PureJaxRL's Breakout about 40; the Craftax scoreboard's
@@ -41,9 +47,12 @@ TABLES = {
         ["Breakout-MinAtar", "SpaceInvaders-MinAtar", "Asterix-MinAtar", "Freeway-MinAtar"],
     ),
     "craftax": (
-        {"ppo": "configs/ppo_craftax.yaml", "trpo": "configs/trpo_craftax.yaml",
-         "ppo_rnn": "configs/ppo_memory_craftax.yaml",
-         "trpo_rnn": "configs/trpo_memory_craftax.yaml"},
+        {
+            "ppo": "configs/ppo_craftax.yaml",
+            "trpo": "configs/trpo_craftax.yaml",
+            "ppo_rnn": "configs/ppo_memory_craftax.yaml",
+            "trpo_rnn": "configs/trpo_memory_craftax.yaml",
+        },
         ["craftax/Craftax-Symbolic-v1"],
     ),
 }
@@ -55,7 +64,10 @@ TABLES = {
 # (2.5e-4 to 2.5e-3) x gamma (0.99, 0.999) at that width (docs/results.md).
 CELL_OVERRIDES = {
     ("minatar", "ppo", "Asterix-MinAtar"): [
-        "hidden_sizes=[256,256]", "hp.learning_rate=2.5e-3", "hp.gamma=0.999"],
+        "hidden_sizes=[256,256]",
+        "hp.learning_rate=2.5e-3",
+        "hp.gamma=0.999",
+    ],
 }
 
 
@@ -72,6 +84,8 @@ def run_cell(args: argparse.Namespace, config: str, algo: str, task: str) -> str
         return "done before"
     overrides = [f"env={task}", *CELL_OVERRIDES.get((args.table, algo, task), []),
                  *args.overrides]  # fmt: skip
+    for sweep in args.sweep:
+        overrides += ["--sweep", sweep]
     if args.budget:
         overrides.append(f"total_env_steps={args.budget}")
     cmd = [sys.executable, str(ROOT / "train.py"), "--config", str(ROOT / config),
@@ -90,6 +104,11 @@ def run_cell(args: argparse.Namespace, config: str, algo: str, task: str) -> str
     summary = json.loads((run_dir / "summary.json").read_text())
     if summary.get("iterations_done") != summary.get("num_iterations"):
         return f"unfinished ({summary.get('iterations_done')} iterations); run again"
+    if args.sweep:  # the settings' figures, and the best
+        best = summary["best"]
+        outcome = f"best {best['hp']}: IQM {best['final_return_iqm']:.1f}"
+    else:
+        outcome = f"{summary['final_return_per_seed']}"
     import jax
 
     accelerator = f", {summary['device']}" if summary.get("platform") not in (None, "cpu") else ""
@@ -109,7 +128,7 @@ def run_cell(args: argparse.Namespace, config: str, algo: str, task: str) -> str
     tmp = result.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(published, indent=1) + "\n")
     os.replace(tmp, result)
-    return f"finished in {time.time() - start:.0f} s: {summary['final_return_per_seed']}"
+    return f"finished in {time.time() - start:.0f} s: {outcome}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,11 +143,19 @@ def main(argv: list[str] | None = None) -> int:
                    "(a smoke run: results are rewritten every time)")  # fmt: skip
     p.add_argument("--runs", type=Path, default=ROOT / "runs" / "standard_tables")
     p.add_argument("--results", type=Path, help="default: benchmarks/results/<table>")
+    p.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="hp.NAME=V1,V2",
+        help="tune: each cell a population of these settings (repeat for a grid)",
+    )
     p.add_argument("overrides", nargs="*", metavar="key=value")
     args = p.parse_intermixed_args(argv)  # overrides may follow the options
     configs, tasks = TABLES[args.table]
-    args.results = args.results or ROOT / "benchmarks" / "results" / args.table
-    args.runs = args.runs / args.table
+    table = f"{args.table}_sweeps" if args.sweep else args.table
+    args.results = args.results or ROOT / "benchmarks" / "results" / table
+    args.runs = args.runs / table
     unknown = [a for a in args.algos or [] if a not in configs]
     if unknown:
         p.error(f"--algos: {unknown[0]} is not in the {args.table} table ({', '.join(configs)})")

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from rlax_trpo import Config
-from rlax_trpo.experiment import driver
 from rlax_trpo.config import config_from_dict
-from rlax_trpo.errors import ConfigError
-from rlax_trpo.experiment.program import make_program
-from rlax_trpo.experiment.folder import make_folder
 from rlax_trpo.config.sweep import Sweep
+from rlax_trpo.errors import ConfigError
+from rlax_trpo.experiment import driver
+from rlax_trpo.experiment.folder import make_folder
+from rlax_trpo.experiment.program import make_program
 
 LM = {
     "algorithm": "grpo_lm",

@@ -80,8 +80,13 @@ def _scan_reference(config, env, networks, num_episodes, greedy, horizon):
             alive = alive & ~(res.terminated | res.truncated)
             return (res.state, res.obs, total, alive, memory), None
 
-        init = (env_state, obs, jax.numpy.zeros(num_episodes),
-                jax.numpy.ones(num_episodes, bool), policy_memory(networks, num_episodes))
+        init = (
+            env_state,
+            obs,
+            jax.numpy.zeros(num_episodes),
+            jax.numpy.ones(num_episodes, bool),
+            policy_memory(networks, num_episodes),
+        )
         return jax.lax.scan(step, init, jax.random.split(k_run, horizon))[0][2]
 
     return evaluate

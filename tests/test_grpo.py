@@ -10,11 +10,11 @@ import pytest
 
 from rlax_trpo import advantages as adv_lib
 from rlax_trpo import losses
+from rlax_trpo.algorithms.grouped import group_ids, grouped_reset, make_grouped_collect
 from rlax_trpo.algorithms.grpo import make_grpo
 from rlax_trpo.config import Config
 from rlax_trpo.envs import make_env
 from rlax_trpo.errors import ConfigError
-from rlax_trpo.algorithms.grouped import group_ids, grouped_reset, make_grouped_collect
 from rlax_trpo.networks import make_networks
 from rlax_trpo.rollout import EnvCarry
 from rlax_trpo.types import EpisodeStats

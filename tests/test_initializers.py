@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from rlax_trpo.config import config_from_dict, read_yaml
-from rlax_trpo.initializers import orthogonal
 from rlax_trpo.experiment.program import make_program
+from rlax_trpo.initializers import orthogonal
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = [(4, 64), (64, 64), (64, 2), (900, 128), (3, 3, 4, 8), (2, 5)]

@@ -10,9 +10,9 @@ import pytest
 
 import train
 from rlax_trpo import run
-from rlax_trpo.experiment import driver
 from rlax_trpo.config import config_from_dict
 from rlax_trpo.errors import ConfigError
+from rlax_trpo.experiment import driver
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = {

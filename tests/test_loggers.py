@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import train
-from rlax_trpo.experiment import loggers
 from rlax_trpo.errors import ConfigError
+from rlax_trpo.experiment import loggers
 
 # 8 iterations of 2 seeds
 TINY = ["num_envs=4", "num_steps=16", "total_env_steps=512", "num_epochs=1",

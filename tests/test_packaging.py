@@ -38,7 +38,7 @@ def test_the_wheel_ships_the_configs_the_command_and_the_license(wheel):
     names = set(wheel.namelist())
     configs = sorted(n.split("/")[-1].removesuffix(".yaml") for n in names if "/configs/" in n)
     assert configs == bundled_config_names() and len(configs) >= 15
-    assert "rlax_trpo/cli.py" in names and not any(n.startswith("tests/") for n in names)
+    assert "rlax_trpo/cli/__init__.py" in names and not any(n.startswith("tests/") for n in names)
     info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
     entry = wheel.read(f"{info}/entry_points.txt").decode()
     assert "rlax-trpo = rlax_trpo.cli:main" in entry

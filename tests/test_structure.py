@@ -80,8 +80,23 @@ def test_the_cycle_check_finds_a_cycle():
 # one above. A name is a top-level module or a folder of the package.
 FLOORS = [
     # the maths and the records: pure functions, no file I/O
-    ("the ground", {"errors", "types", "advantages", "losses", "trust_region", "normalization",
-                "shuffle", "initializers", "layers", "memory", "small_linalg", "platform"}),
+    (
+        "the ground",
+        {
+            "errors",
+            "types",
+            "advantages",
+            "losses",
+            "trust_region",
+            "normalization",
+            "shuffle",
+            "initializers",
+            "layers",
+            "memory",
+            "small_linalg",
+            "platform",
+        },
+    ),
     ("environments", {"envs"}),
     ("configuration", {"config"}),
     ("networks and rollouts", {"networks", "rollout"}),
@@ -143,7 +158,9 @@ def test_the_floor_check_sees_an_upward_import(tmp_path):
     # the check itself: a ground-floor module importing the run floor is reported
     assert _floor("rlax_trpo.experiment.driver") > _floor("rlax_trpo.losses")
     source = tmp_path / "x.py"
-    source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import rlax_trpo.cli\n")
+    source.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import rlax_trpo.cli\n"
+    )
     assert "rlax_trpo.cli" in _imports(source, "rlax_trpo.losses")
 
 
@@ -236,3 +253,16 @@ def test_the_run_driver_does_not_ask_what_kind_of_run_it_drives():
         and node.func.id in ("isinstance", "getattr", "hasattr")
     ]
     assert not asked, asked
+
+
+def test_ci_holds_the_style_and_the_package_bends_no_formatting():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "ruff check ." in ci and "ruff format --check ." in ci
+    skipped = {
+        str(p.relative_to(ROOT)): p.read_text().count("fmt: skip") for p in PACKAGE.rglob("*.py")
+    }
+    assert sum(skipped.values()) <= 5, {k: v for k, v in skipped.items() if v}
+    for path in PACKAGE.rglob("*.py"):
+        for line in path.read_text().splitlines():
+            if "fmt: skip" in line:  # each one says why
+                assert line.split("fmt: skip", 1)[1].strip(), f"{path}: {line.strip()}"

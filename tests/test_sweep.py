@@ -15,15 +15,15 @@ import pytest
 
 import train
 from rlax_trpo import Config
-from rlax_trpo.errors import ConfigError
-from rlax_trpo.report.run_files import format_summary
-from rlax_trpo.report.stats import bootstrap_ci, iqm
 from rlax_trpo.config.sweep import (
     parse_sweeps,
     population_hparams,
     population_key_data,
     setting_label,
 )
+from rlax_trpo.errors import ConfigError
+from rlax_trpo.report.run_files import format_summary
+from rlax_trpo.report.stats import bootstrap_ci, iqm
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from rlax_trpo import Config, load_config, make_trainer
-from rlax_trpo.rollout import EnvCarry, collect
 from rlax_trpo.report.stats import final_returns, to_numpy
+from rlax_trpo.rollout import EnvCarry, collect
 
 ROOT = Path(__file__).resolve().parents[1]
 TRPO_METRICS = (

@@ -1,5 +1,6 @@
-"""The vine estimator (`rlax_trpo.algorithms.vine`, `sampling: vine`): branch estimates against Q in closed
-form, common random numbers, the surrogate, the budget and vine TRPO learning CartPole."""
+"""The vine estimator (`rlax_trpo.algorithms.vine`, `sampling: vine`): branch estimates
+against Q in closed form, common random numbers, the surrogate, the budget and vine TRPO
+learning CartPole."""
 
 from __future__ import annotations
 

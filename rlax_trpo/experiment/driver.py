@@ -36,20 +36,22 @@ import numpy as np
 
 from rlax_trpo.config import sweep as sweeplib
 from rlax_trpo.errors import ConfigError, describe_failure
-from rlax_trpo.experiment import parallel
+from rlax_trpo.experiment import parallel, runlog
 from rlax_trpo.experiment.chunks import compile_run, population_initializer, restore, train
+from rlax_trpo.experiment.compile_cache import setup_compile_cache
 from rlax_trpo.experiment.folder import (
     close_writers,
     describe_kept,
     evaluate,
     finish_folder,
-    holds_results,
+    finish_unsaved,
+    holds_plan,
     make_folder,
     open_folder,
     release_folder,
     summarize,
 )
-from rlax_trpo.experiment.plan import Placement, RunPlan, Setup, plan_run
+from rlax_trpo.experiment.plan import Placement, RunPlan, Setup, check_memory, plan_run
 from rlax_trpo.experiment.program import make_program
 from rlax_trpo.experiment.progress import ProgressBar, StopRequest
 from rlax_trpo.platform import setup_cpu_for_run
@@ -117,31 +119,40 @@ def run(
     arguments = dict(locals())  # every argument but hard_stop is a field of the plan
     given = RunPlan(**{k: v for k, v in arguments.items() if k in RunPlan._fields})
     plan = plan_run(given)
+    setup_compile_cache()  # unless the command line chose already
     note = setup_cpu_for_run(devices)
     if note:
         print(note, file=sys.stderr, flush=True)
     # SIGINT/SIGTERM are taken from the start (compilation included).
     with StopRequest(hard=hard_stop, single_call=not plan.chunked) as stop:
+        if jax.process_count() > 1:  # every process stops at the same point, after a chunk:
+            stop.begin()  # one stopped at once would leave the others waiting for it
         return _drive(plan, stop)
 
 
 def _drive(plan: RunPlan, stop: StopRequest) -> RunResult:
     """The stages after the plan, in order. On any failure the folder is released: kept
-    when it holds a checkpoint, else what this run wrote is removed; the failure becomes
-    one line (`RunFailed`) saying what was kept."""
+    when it holds the run's plan or a checkpoint (`--resume` starts it over or continues
+    it), else what this run wrote is removed; the failure becomes one line (`RunFailed`)
+    saying what was kept."""
     owner = jax.process_index() == 0
     bar = ProgressBar(0, 0, plan.progress and owner, plan.population)
     program = build(plan, bar)
     plan = plan._replace(num_iterations=program.num_iterations)
+    check_memory(plan, program)  # before anything is allocated
     placement = place(plan, program)
+    stop.begin()  # a signal stopped the run at once so far; now after its checkpoint
     setup = Setup(plan, program, placement, folder=make_folder(plan, program, owner))
+    if owner:
+        runlog.attach(setup.folder.out)  # the libraries' messages, when the command keeps them
     stop.kept = lambda: describe_kept(setup.folder)
     try:
         return _stages(setup, bar, stop)
     except BaseException as err:
-        keep = plan.resume is not None or holds_results(setup.folder)
+        keep = plan.resume is not None or holds_plan(setup.folder)
+        where = describe_kept(setup.folder) if keep else "nothing was kept"
         release_folder(setup.folder, keep=keep)
-        failure = describe_failure(err, setup.folder.out if keep else None)
+        failure = describe_failure(err, where)
         if failure is None:
             raise
         raise failure from None
@@ -156,6 +167,8 @@ def _stages(setup: Setup, bar: ProgressBar, stop: StopRequest) -> RunResult:
     try:
         writers = open_folder(setup)
         compiled = compile_run(setup, start)
+        # Processes compile at their own pace; Gloo gives a first collective 30 s, fixed.
+        parallel.meet("compiled")
         trained = train(setup, compiled, start, writers, stop)
         bar.close()
         if trained.signal is not None:
@@ -164,6 +177,8 @@ def _stages(setup: Setup, bar: ProgressBar, stop: StopRequest) -> RunResult:
             return RunResult(out, "interrupted", None, trained.metrics, None, trained.signal)
         evaluated = evaluate(setup, compiled, trained)
         summary = summarize(setup, compiled, trained, evaluated)
+        if trained.unsaved is not None:  # the results, then one line: the state is lost
+            raise finish_unsaved(setup, writers, trained.metrics, summary, trained.unsaved)
         finish_folder(setup, writers, trained.metrics, summary)
     finally:
         bar.close()

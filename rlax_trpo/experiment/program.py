@@ -13,7 +13,7 @@ from typing import Any
 
 from rlax_trpo.config.configuration import Config
 from rlax_trpo.evaluate import make_evaluate
-from rlax_trpo.report import run_files as report
+from rlax_trpo.report import run_files
 from rlax_trpo.training import ProgressFn, make_trainer
 from rlax_trpo.types import Program
 
@@ -24,7 +24,7 @@ def control_program(config: Config, progress: ProgressFn | None = None) -> Progr
     evaluate = make_evaluate(config, trainer.env, trainer.networks, config.eval_episodes)
 
     def summarize(metrics, scores, state, sweep, seeds, facts) -> dict[str, Any]:
-        return report.return_summary(metrics, scores, sweep, seeds)
+        return run_files.return_summary(metrics, scores, sweep, seeds)
 
     return Program(
         name=config.env,
