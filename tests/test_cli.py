@@ -279,8 +279,10 @@ def test_the_command_keeps_the_libraries_quiet_for_its_whole_process(tmp_path, m
         seen.append(to_the_end)
         return contextlib.nullcontext()
 
-    monkeypatch.setattr(cli.runlog, "quiet_libraries", quiet)
-    monkeypatch.setattr(cli, "_train", lambda *args: 0)
+    from rlax_trpo.cli import commands
+
+    monkeypatch.setattr(commands.runlog, "quiet_libraries", quiet)
+    monkeypatch.setattr(commands, "_train", lambda *args: 0)
     monkeypatch.setattr(sys, "argv", ["train.py", "--seeds", "2"])
     assert cli.main() == cli.main(["--seeds", "2"]) == 0
     assert seen == [True, False]
