@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Train every bundled config at a tiny budget, and compare two such sets of runs.
 
-    python tests/bundled_runs.py run OUTDIR [--only NAME ...] [--jobs 1] [--timeout S]
-    python tests/bundled_runs.py compare DIR_A DIR_B [--rename OLD=NEW ...] [--ignore COLUMN ...]
+    python tools/bundled_runs.py run OUTDIR [--only NAME ...] [--jobs 1] [--timeout S]
+    python tools/bundled_runs.py compare DIR_A DIR_B [--rename OLD=NEW ...] [--ignore COLUMN ...]
 
 `run` trains each bundled config (`rlax_trpo.config.defaults.bundled_config_names()`, else
 `configs/*.yaml`) and the embedded default (no `--config`, named `_default`) in a fresh
