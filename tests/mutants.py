@@ -38,6 +38,9 @@ class Mutant(NamedTuple):
 
 M = Mutant
 MUTANTS = [
+    M("gymnax-renderers-imported-eagerly", "rlax_trpo/envs/gymnax_suite.py",
+      'RENDER_ONLY_IMPORTS = ("seaborn", "matplotlib.pyplot")', "RENDER_ONLY_IMPORTS = ()",
+      ("tests/test_envs.py", "-k", "defers_its_renderers")),
     M("ppo-kl-penalty-off", "rlax_trpo/algorithms/ppo.py",
       "+ kl_beta * approx_kl", "+ 0.0 * kl_beta * approx_kl",
       ("tests/test_ppo_kl.py::test_the_kl_penalty_holds_the_policy_back",)),

@@ -3,6 +3,7 @@
 import importlib
 import importlib.metadata
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -55,6 +56,27 @@ def test_unknown_env_is_refused_without_importing_the_suites():
     first, imported = done.stdout.splitlines()
     assert "(did you mean 'CartPole-v1'?)" in first
     assert imported == "[]"  # importing gymnax and brax to list names took 8-9 s
+
+
+def test_making_a_gymnax_env_defers_its_renderers_plotting_libraries():
+    """seaborn and pyplot (Pong's and Catch's renderers) are imported at their first use, not
+    with gymnax: then Pong draws with the real seaborn, and `import seaborn` is the real one."""
+    code = (
+        "import sys\n"
+        "from rlax_trpo.envs import make_env\n"
+        "make_env('CartPole-v1')\n"
+        "print(sorted(m for m in ('seaborn', 'matplotlib.pyplot', 'scipy.stats', 'pandas') "
+        "if m in sys.modules))\n"
+        "from gymnax.environments.misc import pong\n"
+        "figure, _ = pong.plt.subplots()\n"
+        "print(len(pong.sns.color_palette('cubehelix', 3)), type(figure).__name__)\n"
+        "import seaborn\n"
+        "print(type(seaborn).__name__, seaborn.color_palette is pong.sns.color_palette)\n"
+    )
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["[]", "3 Figure", "module True"], done.stdout
 
 
 @pytest.mark.parametrize("suite", ["gymnax", "brax", "playground", "jumanji"])

@@ -16,7 +16,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from flax import struct
-from gymnax.environments import environment, spaces
+
+from rlax_trpo.envs.gymnax_suite import import_gymnax
+
+environment = import_gymnax().environments.environment
+spaces = import_gymnax().environments.spaces
 
 
 @struct.dataclass
