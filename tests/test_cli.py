@@ -261,6 +261,42 @@ def test_the_libraries_messages_go_to_the_run_log_unless_verbose(tmp_path, capfd
     assert capfd.readouterr().err == "native runtime speaks\n"
 
 
+def test_a_run_from_python_collects_what_the_libraries_left_into_its_log(tmp_path, capfd):
+    """Called from Python (`main([...])`, not to the end of the process), the diversion ends
+    with a collection: an unretrieved future's exception that only the cycle collector frees
+    is written to the run's log, not to the caller's stderr afterwards."""
+    import asyncio
+    import gc
+
+    from rlax_trpo.experiment import runlog
+
+    loop = asyncio.new_event_loop()
+    gc.disable()  # only the diversion's own collection may free it
+    try:
+        with runlog.quiet_libraries(True):
+            runlog.attach(tmp_path)
+            left = loop.create_future()
+            left.set_exception(ValueError("a write failed"))
+            cycle = [left]
+            cycle.append(cycle)
+            del left, cycle
+        assert capfd.readouterr().err == ""
+    finally:
+        gc.enable()
+        loop.close()
+    assert "a write failed" in (tmp_path / "run.log").read_text()
+
+
+def test_a_command_refused_before_its_run_collects_nothing(tmp_path, monkeypatch, capsys):
+    """Bad input ends before any library ran: no collection (0.2-0.5 s in a process holding
+    JAX's objects; a table of refusals in one process pays it for every row)."""
+    from rlax_trpo.experiment import runlog
+
+    monkeypatch.setattr(runlog.gc, "collect", lambda: pytest.fail("collected"))
+    assert cli.main(["num_envs=abc", "--out", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err.startswith("error: num_envs")
+
+
 def test_verbose_is_a_train_option():
     assert cli.build_parser().parse_args(["--verbose"]).verbose
     assert not cli.build_parser().parse_args([]).verbose
