@@ -260,13 +260,17 @@ def backtracking_line_search(
     fractions: jax.Array,
     max_kl: jax.Array,
     kl_slack: jax.Array,
+    batch: int = 0,
 ) -> LineSearchResult:
     """Accept the first theta + f_j step with KL <= slack * delta and improvement > 0.
 
-    All K candidates are evaluated at once (`jax.vmap`, static shape), the first one that
-    passes is selected with `argmax`, and the output is built with `jnp.where` on every
-    leaf, so when no candidate passes the parameters returned are the input ones bit for bit
-    (Schulman et al. 2015, App. C; OpenAI baselines trpo_mpi; sb3-contrib TRPO).
+    All K candidates are evaluated at once (`jax.vmap`, static shape; with `batch` > 0,
+    `batch` at a time in a loop, `jax.lax.map`, which holds one batch's intermediates instead
+    of K's: a recurrent policy re-runs its memory over the whole batch for each candidate).
+    The first one that passes is selected with `argmax`, and the output is built with
+    `jnp.where` on every leaf, so when no candidate passes the parameters returned are the
+    input ones bit for bit (Schulman et al. 2015, App. C; OpenAI baselines trpo_mpi;
+    sb3-contrib TRPO).
 
     Args:
       evaluate: theta -> (surrogate improvement L(theta) - L(theta_old), mean KL(old||theta)).
@@ -275,10 +279,15 @@ def backtracking_line_search(
       fractions: `[K]` candidate fractions, largest first (`line_search_fractions`).
       max_kl: delta.
       kl_slack: acceptance factor on delta (1.0 = strict; baselines uses 1.5).
+      batch: candidates evaluated at once (0: all K).
     """
     chex.assert_rank(fractions, 1)
     candidate = lambda f: tree_axpy(f, step, params)
-    improvements, kls = jax.vmap(lambda f: evaluate(candidate(f)))(fractions)
+    tried = lambda f: evaluate(candidate(f))
+    if 0 < batch < fractions.shape[0]:
+        improvements, kls = jax.lax.map(tried, fractions, batch_size=batch)
+    else:
+        improvements, kls = jax.vmap(tried)(fractions)
     passed = (kls <= kl_slack * max_kl) & (improvements > 0) & jnp.isfinite(improvements)
     accepted, index = first_passing(passed)
     fraction = jnp.where(accepted, fractions[jnp.minimum(index, fractions.shape[0] - 1)], 0.0)

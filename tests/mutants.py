@@ -38,6 +38,12 @@ class Mutant(NamedTuple):
 
 M = Mutant
 MUTANTS = [
+    M("line-search-batch-ignored", "rlax_trpo/trust_region.py",
+      "if 0 < batch < fractions.shape[0]:", "if False:",
+      ("tests/test_trust_region.py", "-k", "batches")),
+    M("line-search-batch-not-passed", "rlax_trpo/algorithms/trpo.py",
+      "            config.line_search_batch,", "            0,",
+      ("tests/test_trpo.py", "-k", "line_search_batch")),
     M("runlog-no-collection-after-a-run", "rlax_trpo/experiment/runlog.py",
       "if self.attached:", "if False:",
       ("tests/test_cli.py", "-k", "collects_what_the_libraries_left")),

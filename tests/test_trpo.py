@@ -214,3 +214,24 @@ def test_with_no_advantage_the_bonus_alone_raises_the_entropy_inside_the_trust_r
         plain = config.hp.replace(ent_coef=jnp.float32(0.0))
         _, _, m0 = update(state.params, state.algo_state, flat, plain, jax.random.key(2))
         assert float(m0["trpo/accepted"]) == 0.0  # a flat surrogate improves nowhere
+
+
+def test_the_update_evaluates_line_search_batch_candidates_at_a_time(monkeypatch):
+    """`line_search_batch` reaches the line search, and the update it gives is the one of all
+    candidates at once (to rounding)."""
+    from rlax_trpo import trust_region as tr
+
+    seen = []
+    search = tr.backtracking_line_search
+    monkeypatch.setattr(tr, "backtracking_line_search", lambda *a: seen.append(a[-1]) or search(*a))
+    base = dict(algorithm="trpo", num_envs=2, num_steps=32, total_env_steps=64, hidden_sizes=[8],
+                value_minibatches=2, value_epochs=1, line_search_steps=4)  # fmt: skip
+    metrics = []
+    for batch in (0, 3):
+        config = Config.create(**base, line_search_batch=batch)
+        trainer, state, data = one_batch(config)
+        args = (state.params, state.algo_state, data, config.hp, jax.random.key(2))
+        metrics.append(jax.jit(trainer.algorithm.update)(*args)[2])
+    assert seen == [0, 3]
+    for name in ("trpo/kl", "trpo/step_fraction", "trpo/actual_improvement"):
+        np.testing.assert_allclose(metrics[1][name], metrics[0][name], rtol=1e-5, atol=1e-8)

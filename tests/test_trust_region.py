@@ -261,3 +261,49 @@ def test_jax_cg_gives_cg_a_zero_guess_shaped_like_b(monkeypatch):
         assert x0 is not None and jax.tree.structure(x0) == jax.tree.structure(bi)
         pairs = zip(jax.tree.leaves(x0), jax.tree.leaves(bi), strict=True)
         assert all(a.shape == c.shape for a, c in pairs)
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_line_search_in_batches_evaluates_the_candidates_as_all_at_once(batch):
+    """`batch` candidates at a time (jax.lax.map) gives every candidate's improvement and KL
+    and the step chosen from them, as evaluating all K at once (jax.vmap) does."""
+    params, step, fractions = _line_search_setup()
+
+    def evaluate(p):
+        f = (p["b"][0] - params["b"][0]) / step["b"][0]
+        return f - 0.3 * f**2 + jnp.sum(p["w"]) * 1e-3, 0.02 * f**2
+
+    at_once = tr.backtracking_line_search(evaluate, params, step, fractions, 0.01, 1.0)
+    batched = jax.jit(
+        lambda p: tr.backtracking_line_search(evaluate, p, step, fractions, 0.01, 1.0, batch)
+    )(params)
+    np.testing.assert_allclose(batched.improvements, at_once.improvements, rtol=1e-6)
+    np.testing.assert_allclose(batched.kls, at_once.kls, rtol=1e-6)
+    assert int(batched.index) == int(at_once.index) == 1 and bool(batched.accepted)
+    chosen = zip(jax.tree.leaves(batched.params), jax.tree.leaves(at_once.params), strict=True)
+    for got, want in chosen:
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_line_search_in_batches_holds_one_batchs_intermediates():
+    """Each candidate's evaluation makes [4096, 256] activations (4 MiB each; a few live at
+    once): all 10 candidates at once hold 10 sets of them (XLA's temporary buffers, 123 MiB
+    on the CPU), one candidate at a time one set (12 MiB)."""
+    x = jax.random.normal(jax.random.key(0), (4096, 64))
+    params = {"w": jax.random.normal(jax.random.key(1), (64, 256)) * 0.1}
+    step = {"w": jnp.ones((64, 256)) * 0.01}
+    fractions = tr.line_search_fractions(jnp.float32(0.8), 10)
+
+    def evaluate(p):
+        h = jnp.tanh(x @ p["w"])
+        return jnp.mean(h * jnp.cumsum(h, axis=0)), jnp.mean(h**2) * 1e-3
+
+    def temp_bytes(batch):
+        search = lambda p: tr.backtracking_line_search(
+            evaluate, p, step, fractions, 0.01, 1.0, batch
+        )
+        return jax.jit(search).lower(params).compile().memory_analysis().temp_size_in_bytes
+
+    activation = 4096 * 256 * 4
+    at_once, one = temp_bytes(0), temp_bytes(1)
+    assert at_once >= 10 * activation and 5 * one <= at_once, (at_once, one)

@@ -76,6 +76,9 @@ class NPGFields(AdvantageFields, CriticFitterFields):
 
 class TRPOFields(NPGFields):
     line_search_steps: int = Field(10, gt=0)
+    # candidates evaluated at once (0: all): fewer hold less memory, as a recurrent policy
+    # re-runs its memory over the whole batch for each one (trpo_memory_craftax: 1)
+    line_search_batch: int = Field(0, ge=0)
 
 
 @flax.struct.dataclass
@@ -164,7 +167,13 @@ def trust_region_step(
     if line_search:
         fractions = tr.line_search_fractions(hp.line_search_decay, config.line_search_steps)
         ls = tr.backtracking_line_search(
-            evaluate, policy_params, nat.step, fractions, hp.max_kl, hp.kl_slack
+            evaluate,
+            policy_params,
+            nat.step,
+            fractions,
+            hp.max_kl,
+            hp.kl_slack,
+            config.line_search_batch,
         )
         new_policy, accepted, fraction = ls.params, ls.accepted, ls.fraction
         tried = jnp.where(accepted, ls.index + 1, config.line_search_steps)
