@@ -80,6 +80,8 @@ SMOKE = {
          "hidden_sizes=[16]", "num_minibatches=1"],
         (),
     ),
+    "memory_analysis.py": ([PY, "benchmarks/memory_analysis.py", "trpo_memory_cartpole",
+                            "--seeds", "2", "--largest", "3", "num_envs=8", "num_steps=16"], ()),
     "profile_ppo.py": (
         [PY, "benchmarks/profile_ppo.py", "--num-envs", "8", "--iterations", "2", "--repeats",
          "1", "num_steps=16"],
