@@ -35,6 +35,8 @@ from pathlib import Path
 
 from _publish import fresh_process_env, publish
 
+from rlax_trpo.experiment.compile_cache import CACHE_VARIABLES
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # The command, run under jax.monitoring listeners; prints their sums as a last JSON line.
@@ -53,15 +55,6 @@ names = {"trace": "/jax/core/compile/jaxpr_trace_duration",
 print(json.dumps({k: round(seconds[v], 2) for k, v in names.items()}), file=sys.stderr)
 sys.exit(code)
 """
-# Variables that would point the child at another cache, or turn it off.
-CACHE_VARIABLES = (
-    "JAX_COMPILATION_CACHE_DIR",
-    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
-    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES",
-    "JAX_COMPILATION_CACHE_MAX_SIZE",
-    "JAX_ENABLE_COMPILATION_CACHE",
-    "RLAX_TRPO_COMPILE_CACHE",
-)
 
 
 def command(argv: list[str], cache_home: Path) -> dict:

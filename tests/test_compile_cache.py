@@ -14,18 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from rlax_trpo.experiment import compile_cache
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["num_envs=4", "num_steps=16", "total_env_steps=128", "eval_episodes=2", "hidden_sizes=[8]"]
 # What would point a process at another cache, or turn it off.
-CACHE_VARIABLES = (
-    "JAX_COMPILATION_CACHE_DIR",
-    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
-    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES",
-    "JAX_COMPILATION_CACHE_MAX_SIZE",
-    "JAX_ENABLE_COMPILATION_CACHE",
-    "RLAX_TRPO_COMPILE_CACHE",
-    "XDG_CACHE_HOME",
-)
+CACHE_VARIABLES = (*compile_cache.CACHE_VARIABLES, "XDG_CACHE_HOME")
 PYTHON_RUN = """
 import sys
 from rlax_trpo import Config, run

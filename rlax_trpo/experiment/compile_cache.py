@@ -23,6 +23,16 @@ from typing import Any
 from rlax_trpo.platform import cpu_signature
 
 COMPILE_CACHE_OPT_OUT = "RLAX_TRPO_COMPILE_CACHE"
+# The environment variables that choose a process's persistent cache, or turn it off (besides
+# XDG_CACHE_HOME, where the per-user folder lies).
+CACHE_VARIABLES = (
+    "JAX_COMPILATION_CACHE_DIR",
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES",
+    "JAX_COMPILATION_CACHE_MAX_SIZE",
+    "JAX_ENABLE_COMPILATION_CACHE",
+    COMPILE_CACHE_OPT_OUT,
+)
 # The per-user cache's bound: past it, jax removes the least recently used executables. The
 # default CartPole run's 11 programs take 0.5 MB (benchmarks/compile_cache.py).
 COMPILE_CACHE_MAX_BYTES = 2**30
