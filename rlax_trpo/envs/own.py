@@ -19,8 +19,8 @@ from flax import struct
 
 from rlax_trpo.envs.gymnax_suite import import_gymnax
 
-environment = import_gymnax().environments.environment
-spaces = import_gymnax().environments.spaces
+_gymnax = import_gymnax()  # its renderers' plotting libraries deferred
+environment, spaces = _gymnax.environments.environment, _gymnax.environments.spaces
 
 
 @struct.dataclass
