@@ -81,7 +81,8 @@ PHASES = {  # phase -> (module, function, call): where the process dies
 
 
 def _run_killed(where: tuple[str, str, int], argv: list[str], cwd: Path):
-    env = {**os.environ, "ROOT": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    (cwd / "tmp").mkdir()  # the process's temporary folder: a kill leaves nothing there
+    env = {**os.environ, "ROOT": str(ROOT), "JAX_PLATFORMS": "cpu", "TMPDIR": str(cwd / "tmp")}
     cmd = [sys.executable, "-c", KILL_AT, *map(str, where), *argv]
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
@@ -92,6 +93,7 @@ def test_killed_in_any_phase_resume_finishes_identically(phase, reference, tmp_p
     proc = _run_killed(PHASES[phase], [*TINY, "--out", str(out)], tmp_path)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     assert not (out / "summary.json").exists()
+    assert list((tmp_path / "tmp").iterdir()) == []  # its log had no name until the folder
     # The same folder is refused as a fresh run's --out with a pointer to --resume ...
     assert train.main([*TINY, "--out", str(out)]) == 2
     assert f"continue it with --resume {out}" in capsys.readouterr().err

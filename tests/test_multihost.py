@@ -100,8 +100,9 @@ def test_two_processes_train_like_one(single, tmp_path):
 
 
 def test_interrupted_two_process_run_resumes(single, tmp_path):
-    out = tmp_path / "run"
-    procs = _start_pair([*TINY, "--chunk-iterations", "1", "--out", str(out)])
+    out, tmp = tmp_path / "run", tmp_path / "tmp"
+    tmp.mkdir()  # the processes' temporary folder
+    procs = _start_pair([*TINY, "--chunk-iterations", "1", "--out", str(out)], {"TMPDIR": str(tmp)})
     time.sleep(2.0)  # both are importing or compiling (>= 10 s): they stop after chunk 1
     deadline = time.time() + 60
     while not (out / "config.yaml").exists() and time.time() < deadline:
@@ -110,6 +111,7 @@ def test_interrupted_two_process_run_resumes(single, tmp_path):
         p.send_signal(signal.SIGTERM)
     for code, _, err in _wait(procs):
         assert code == 128 + signal.SIGTERM, err[-3000:]
+    assert list(tmp.iterdir()) == []  # an exit the child explained leaves no native log
     assert checkpoint.read_step(out / "checkpoint" / "iter_000001").iterations_done == 1
     for code, _, err in _wait(_start_pair(["--resume", str(out), "--no-progress"])):
         assert code == 0, err[-3000:]

@@ -155,9 +155,8 @@ def supervise(argv: list[str], prog: str, process_id: int | None, folder: Path |
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if status >= 0:
-        if status == 0:
-            log.unlink(missing_ok=True)
+    if status >= 0:  # the child said what went wrong itself, if anything did
+        log.unlink(missing_ok=True)
         return status
     name = signal.Signals(-status).name
     text = log.read_text(errors="replace")

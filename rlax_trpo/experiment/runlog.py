@@ -30,7 +30,7 @@ import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import IO, Any, TextIO
 
 RUN_LOG = "run.log"
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -50,10 +50,12 @@ class _Diversion:
     warnings."""
 
     def __init__(self, own_log: bool) -> None:
-        self.pending: Path | None = None  # the temporary log until `attach`
+        # The log until `attach`: an anonymous file (no name in the temporary folder), so a
+        # process killed before it has a run folder leaves nothing behind.
+        self.pending: IO[bytes] | None = None
         self.attached = False  # a run folder was made: the libraries have run
         # own_log: descriptor 2 is ours to point at a log (not a supervisor's already)
-        log = tempfile.mkstemp(prefix="rlax-trpo-", suffix=".log") if own_log else None
+        log = tempfile.TemporaryFile(prefix="rlax-trpo-", suffix=".log") if own_log else None
         self.saved = {fd: os.dup(fd) for fd in (1, 2)}  # the terminal's
         self.streams: dict[str, TextIO] = {}  # Python's streams replaced
         for name, fd in (("stdout", 1), ("stderr", 2)):
@@ -64,9 +66,8 @@ class _Diversion:
                 copy = open(os.dup(fd), "w", buffering=1, errors="backslashreplace")  # noqa: SIM115
                 setattr(sys, name, copy)
         if log is not None:
-            os.dup2(log[0], 2)
-            os.close(log[0])
-            self.pending = Path(log[1])
+            os.dup2(log.fileno(), 2)
+            self.pending = log
         os.dup2(2, 1)  # the native stdout (Gloo's connection lines) joins the log
         self.stream = open(2, "w", buffering=1, closefd=False, errors="backslashreplace")  # noqa: SIM115
         handler = _Handler(self.stream)
@@ -90,21 +91,22 @@ class _Diversion:
         try:
             fd = os.open(folder / RUN_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:
-                os.write(fd, self.pending.read_bytes())
+                pending = self.pending.fileno()
+                os.write(fd, os.pread(pending, os.fstat(pending).st_size, 0))
                 os.dup2(fd, 2)
                 os.dup2(fd, 1)
             finally:
                 os.close(fd)
         except OSError:  # the folder cannot take it: the temporary log goes on
             return
-        self.pending.unlink(missing_ok=True)
+        self.pending.close()
         self.pending = None
 
     def settle(self) -> None:
         """The run is over but the process goes on to its end, diverted: a log never
         attached is removed now (what is still said is lost with it)."""
         if self.pending is not None:
-            self.pending.unlink(missing_ok=True)
+            self.pending.close()
             self.pending = None
 
     def restore(self) -> None:
@@ -127,7 +129,7 @@ class _Diversion:
             os.dup2(saved, fd)
             os.close(saved)
         if self.pending is not None:  # never attached to a run folder
-            self.pending.unlink(missing_ok=True)
+            self.pending.close()
 
 
 _active: list[_Diversion] = []
