@@ -40,7 +40,9 @@ makes the same matrices without a LAPACK call.
 
 from __future__ import annotations
 
+import atexit
 import os
+import sys
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
@@ -167,6 +169,41 @@ def _forced_count(flags: str) -> int | None:
         if flag.startswith(_FORCE_FLAG + "="):
             return int(flag.split("=", 1)[1])
     return None
+
+
+def finish_computations_at_exit() -> None:
+    """Make the interpreter wait, before it shuts down, for the computations still running.
+
+    jax dispatches asynchronously: a script whose last line starts a training run, or prints
+    only the shape of its result, reaches its end while the run executes. Python then
+    finalises its modules, the garbage collection there destroys jaxlib's CPU client, and the
+    client's destructor joins its worker threads while they still run the program; the
+    process can die of SIGSEGV after printing everything (docs/upstream/cpu_exit_while_running.md).
+    An exit handler that waits for every live array runs while the interpreter is whole.
+    Registered once, by the first program built (`make_trainer`), never at import."""
+    global _EXIT_WAIT_REGISTERED
+    if not _EXIT_WAIT_REGISTERED:
+        atexit.register(wait_for_live_arrays)
+        _EXIT_WAIT_REGISTERED = True
+
+
+_EXIT_WAIT_REGISTERED = False
+
+
+def wait_for_live_arrays() -> None:
+    """Block until every live array of a started backend is computed (or failed)."""
+    jax = sys.modules.get("jax")
+    if jax is None or not _backends_started():
+        return
+    try:
+        arrays = jax.live_arrays()
+    except Exception:  # a backend that cannot list its arrays: nothing to wait for here
+        return
+    for array in arrays:
+        try:
+            array.block_until_ready()
+        except Exception:  # deleted or failed: its computation is over either way
+            pass
 
 
 def _backends_started() -> bool:

@@ -34,6 +34,7 @@ from rlax_trpo.normalization import (
     normalize_trajectory,
     observation_transform,
 )
+from rlax_trpo.platform import finish_computations_at_exit
 from rlax_trpo.rollout import (
     EnvCarry,
     PolicyFn,
@@ -71,6 +72,7 @@ def make_trainer(config: Config, progress: ProgressFn | None = None) -> Trainer:
         iteration from inside the compiled run (`jax.debug.callback`; under `vmap` it is
         called once per seed). This is the only host interaction inside the scan.
     """
+    finish_computations_at_exit()  # a script may end while its run is computed
     env = make_env(config.env, config.env_kwargs, flatten=False)
     if not uses_cnn(config, env.spec):  # an MLP reads images and matrices as vectors
         env = flatten_observations(env)

@@ -236,3 +236,34 @@ def test_the_python_api_gets_the_devices_of_the_command_line(tmp_path):
     notes = [line for line in err.splitlines() if line.startswith("note:")]
     assert len(notes) == 1 and "JAX had started with 1 CPU device(s)" in notes[0], err
     assert f"`rlax-trpo train` uses {cores}" in notes[0] and "setup_cpu()" in notes[0]
+
+
+def test_building_a_program_makes_the_interpreter_wait_for_running_computations(monkeypatch):
+    # jax dispatches asynchronously, so a script can reach its end while its training run is
+    # still computed; Python's shutdown then destroys the CPU client under the running program
+    # (docs/upstream/cpu_exit_while_running.md). The first program built registers an exit
+    # handler that waits for every live array while the interpreter is whole.
+    import atexit
+
+    import jax
+    import jax.numpy as jnp
+
+    import rlax_trpo.platform as platform
+    from rlax_trpo import Config, make_train
+
+    registered = []
+    monkeypatch.setattr(platform, "_EXIT_WAIT_REGISTERED", False)
+    monkeypatch.setattr(atexit, "register", registered.append)
+    make_train(Config.create(total_env_steps=512, num_envs=4, num_steps=16))  # builds only
+    make_train(Config.create(total_env_steps=512, num_envs=4, num_steps=16))
+    assert registered.count(platform.wait_for_live_arrays) == 1, registered  # once
+
+    def body(c, _):
+        return jnp.tanh(c @ c * 0.01), None
+
+    run = jax.jit(lambda x: jax.lax.scan(body, x, None, length=3000)[0])
+    run = run.lower(jnp.ones((256, 256))).compile()
+    y = run(jnp.ones((256, 256)))
+    assert not y.is_ready(), "the computation ended before the check could see it run"
+    platform.wait_for_live_arrays()
+    assert y.is_ready()

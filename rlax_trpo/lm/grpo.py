@@ -31,6 +31,7 @@ from rlax_trpo.lm.sampling import Completion, completion_logits, sample, token_l
 from rlax_trpo.lm.tasks import EOS, Task, sample_train, score
 from rlax_trpo.lm.types import LMBatch, LMGRPOConfig, LMGRPOState, LMHParams
 from rlax_trpo.losses import masked_mean
+from rlax_trpo.platform import finish_computations_at_exit
 
 
 class Rollout(NamedTuple):
@@ -108,6 +109,7 @@ def make_grpo(model_config: ModelConfig, task: Task, cfg: LMGRPOConfig) -> GRPO:
 
         make_grpo(config.model_cfg(), config.make_task(), config.grpo_cfg())
     """
+    finish_computations_at_exit()  # a script may end while its run is computed
     model = Transformer(model_config)
     apply_fn = model.apply
     optimizer = make_clipped_adam()
