@@ -86,6 +86,7 @@ FLOORS = [
             "errors",
             "types",
             "advantages",
+            "pbt",
             "losses",
             "trust_region",
             "normalization",
