@@ -36,6 +36,9 @@ The intra-op pool keeps all its threads. A batched LAPACK QR, as in flax's ortho
 initialiser, blocks a pool thread on tasks queued to the same pool
 (docs/upstream/cpu_qr_deadlock.md); `rlax_trpo.initializers.orthogonal`, which the networks use,
 makes the same matrices without a LAPACK call.
+
+Apart from that setup, on every backend: `finish_computations_at_exit`, which the program
+builders call, makes a process wait at exit for the computations it dispatched.
 """
 
 from __future__ import annotations
@@ -175,12 +178,12 @@ def finish_computations_at_exit() -> None:
     """Make the interpreter wait, before it shuts down, for the computations still running.
 
     jax dispatches asynchronously: a script whose last line starts a training run, or prints
-    only the shape of its result, reaches its end while the run executes. Python then
-    finalises its modules, the garbage collection there destroys jaxlib's CPU client, and the
-    client's destructor joins its worker threads while they still run the program; the
-    process can die of SIGSEGV after printing everything (docs/upstream/cpu_exit_while_running.md).
-    An exit handler that waits for every live array runs while the interpreter is whole.
-    Registered once, by the first program built (`make_trainer`), never at import."""
+    only the shape of its result, reaches its end while the run executes. Nothing in jax's
+    exit path waits for it: the C runtime's exit can destroy jaxlib's libraries while XLA's
+    threads still run the program's kernels, and the process dies of SIGSEGV after printing
+    everything (docs/upstream/cpu_exit_while_running.md). An exit handler that waits for every
+    live array runs first, while the interpreter and the libraries are whole. Registered
+    once, by the first program built (`make_trainer`, `make_grpo`), never at import."""
     global _EXIT_WAIT_REGISTERED
     if not _EXIT_WAIT_REGISTERED:
         atexit.register(wait_for_live_arrays)
