@@ -4,6 +4,7 @@ convolution as a dense layer on patches, and the torso (MLP, or CNN then MLP).""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -15,8 +16,17 @@ from rlax_trpo.initializers import orthogonal
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
 
 
-def dense(features: int, gain: float) -> nn.Dense:
-    return nn.Dense(features, kernel_init=orthogonal(gain), bias_init=nn.initializers.zeros)
+def dense(features: int, gain: float, dtype: Any = jnp.float32) -> nn.Dense:
+    """A dense layer with float32 parameters that computes in `dtype` (float32, or bfloat16
+    with `compute_dtype: bfloat16`: inputs and weights rounded to bfloat16 for the product,
+    gradients back to the float32 weights)."""
+    return nn.Dense(
+        features,
+        kernel_init=orthogonal(gain),
+        bias_init=nn.initializers.zeros,
+        dtype=dtype,
+        param_dtype=jnp.float32,
+    )
 
 
 def patches_3x3(x: jax.Array) -> jax.Array:
@@ -35,19 +45,21 @@ def patches_3x3(x: jax.Array) -> jax.Array:
 
 
 class Torso(nn.Module):
-    """MLP on flat observations, or a small CNN (MinAtar: 10x10xC images) then an MLP."""
+    """MLP on flat observations, or a small CNN (MinAtar: 10x10xC images) then an MLP; its
+    activations are `dtype` (the observations are rounded to it first)."""
 
     hidden_sizes: Sequence[int]
     activation: str = "tanh"
     cnn: bool = False
+    dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         act = ACTIVATIONS[self.activation]
-        x = obs
-        if self.cnn:
-            x = nn.relu(dense(16, np.sqrt(2))(patches_3x3(x)))  # a 3x3 'SAME' convolution
+        x = obs.astype(self.dtype)
+        if self.cnn:  # a 3x3 'SAME' convolution
+            x = nn.relu(dense(16, np.sqrt(2), self.dtype)(patches_3x3(x)))
             x = x.reshape(x.shape[:-3] + (-1,))
         for size in self.hidden_sizes:
-            x = act(dense(size, np.sqrt(2))(x))
+            x = act(dense(size, np.sqrt(2), self.dtype)(x))
         return x

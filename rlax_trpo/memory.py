@@ -99,9 +99,10 @@ class MemoryNet(nn.Module):
     cnn: bool
     cell: str
     size: int
+    dtype: Any = jnp.float32  # of the torso; the cell and the head compute in float32
 
     def setup(self):
-        self.torso = Torso(self.hidden_sizes, self.activation, self.cnn)
+        self.torso = Torso(self.hidden_sizes, self.activation, self.cnn, self.dtype)
         gates = 3 if self.cell == "gru" else 4  # GRU: r, z, n; LSTM: i, f, g, o
         # The input projection of every gate in one dense layer, applied by `embed` to the
         # whole sequence at once; only the recurrent product is left inside the scan.
@@ -118,7 +119,7 @@ class MemoryNet(nn.Module):
 
     def embed(self, obs: jax.Array) -> jax.Array:
         """The torso and the gates' input projections (no memory involved)."""
-        return self.inputs(self.torso(obs))
+        return self.inputs(self.torso(obs).astype(jnp.float32))
 
     def step(self, memory: Any, x: jax.Array, first: jax.Array) -> tuple[Any, jax.Array]:
         """One step of the cell from the embedded input `x`, reset where `first`."""

@@ -43,11 +43,12 @@ class CategoricalPolicy(nn.Module):
     hidden_sizes: Sequence[int]
     activation: str = "tanh"
     cnn: bool = False
+    dtype: Any = jnp.float32  # of the activations; the logits are float32
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        x = Torso(self.hidden_sizes, self.activation, self.cnn)(obs)
-        return dense(self.num_actions, 0.01)(x)  # logits
+        x = Torso(self.hidden_sizes, self.activation, self.cnn, self.dtype)(obs)
+        return dense(self.num_actions, 0.01, self.dtype)(x).astype(jnp.float32)  # logits
 
 
 class GaussianPolicy(nn.Module):
@@ -55,11 +56,12 @@ class GaussianPolicy(nn.Module):
     hidden_sizes: Sequence[int]
     activation: str = "tanh"
     cnn: bool = False
+    dtype: Any = jnp.float32  # of the activations; the mean is float32
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        x = Torso(self.hidden_sizes, self.activation, self.cnn)(obs)
-        mean = dense(self.action_dim, 0.01)(x)
+        x = Torso(self.hidden_sizes, self.activation, self.cnn, self.dtype)(obs)
+        mean = dense(self.action_dim, 0.01, self.dtype)(x).astype(jnp.float32)
         log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
         return mean, jnp.broadcast_to(log_std, mean.shape)
 
@@ -68,11 +70,12 @@ class ValueNet(nn.Module):
     hidden_sizes: Sequence[int]
     activation: str = "tanh"
     cnn: bool = False
+    dtype: Any = jnp.float32  # of the activations; the values are float32
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        x = Torso(self.hidden_sizes, self.activation, self.cnn)(obs)
-        return dense(1, 1.0)(x)[..., 0]
+        x = Torso(self.hidden_sizes, self.activation, self.cnn, self.dtype)(obs)
+        return dense(1, 1.0, self.dtype)(x)[..., 0].astype(jnp.float32)
 
 
 class MemoryFunctions(NamedTuple):
@@ -174,20 +177,22 @@ def uses_cnn(config: Any, spec: EnvSpec) -> bool:
 def make_networks(config: Any, spec: EnvSpec, with_value: bool = True) -> Networks:
     """Policy (and, if `with_value`, a separate critic) for the environment `spec`."""
     cnn = uses_cnn(config, spec)
+    # The torsos' (and feed-forward heads') arithmetic; parameters are float32 either way.
+    dtype = jnp.dtype(getattr(config, "compute_dtype", "float32"))
     hidden = tuple(config.hidden_sizes)
     # The critic's widths and memory: fields of the algorithms that learn one (not GRPO).
     value_hidden = tuple(getattr(config, "value_hidden_sizes", None) or hidden)
     policy_cell, value_cell = memory_cells(config)
     size = getattr(config, "memory_size", 0)
     if spec.discrete:
-        policy_net = CategoricalPolicy(spec.num_actions, hidden, config.activation, cnn)
+        policy_net = CategoricalPolicy(spec.num_actions, hidden, config.activation, cnn, dtype)
         to_dist = lambda logits: distrax.Categorical(logits=logits)
         head = "logits"
     else:
-        policy_net = GaussianPolicy(spec.num_actions, hidden, config.activation, cnn)
+        policy_net = GaussianPolicy(spec.num_actions, hidden, config.activation, cnn, dtype)
         to_dist = lambda out: distrax.MultivariateNormalDiag(out[0], jnp.exp(out[1]))
         head = "gaussian"
-    value_net = ValueNet(value_hidden, config.activation, cnn)
+    value_net = ValueNet(value_hidden, config.activation, cnn, dtype)
     dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
     if policy_cell is None and (value_cell is None or not with_value):
         return _feed_forward(policy_net, value_net, to_dist, dummy, with_value, spec)
@@ -195,7 +200,9 @@ def make_networks(config: Any, spec: EnvSpec, with_value: bool = True) -> Networ
     def part(ff_net, cell, head, hidden_sizes):
         if cell is None:
             return None, ff_net
-        net = MemoryNet(head, spec.num_actions, hidden_sizes, config.activation, cnn, cell, size)
+        net = MemoryNet(
+            head, spec.num_actions, hidden_sizes, config.activation, cnn, cell, size, dtype
+        )
         return make_recurrent(net, spec.obs_shape), None
 
     pi_rec, pi_ff = part(policy_net, policy_cell, head, hidden)

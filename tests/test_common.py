@@ -5,6 +5,7 @@ sequences), its checks, gradient clipping and learning-rate annealing."""
 from types import SimpleNamespace
 
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -16,7 +17,9 @@ from rlax_trpo.algorithms.common import (
     anneal,
     batch_layout,
     clip_by_global_norm,
+    flat_optimizer_step,
     flatten_batch,
+    optimizer_step,
 )
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.memory import Memory
@@ -102,6 +105,32 @@ def test_clipping_is_optaxs_rule_and_reports_the_norm_before():
         np.testing.assert_allclose(a, b, rtol=1e-6)
     same, _ = clip_by_global_norm(grads, jnp.float32(20.0))
     assert jax.tree.all(jax.tree.map(lambda a, b: bool((a == b).all()), same, grads))
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 100.0])  # clipped, and not
+def test_the_flat_optimiser_step_is_the_step_on_the_flat_vector(max_norm):
+    """`flat_optimizer_step` on a pytree: bit for bit `optimizer_step` on the ravelled
+    parameters and gradients, with the parameters handed back as the same pytree."""
+    keys = jax.random.split(jax.random.key(0), 4)
+    params = {"w": jax.random.normal(keys[0], (3, 2)), "b": jax.random.normal(keys[1], (2,))}
+    grads = {"w": jax.random.normal(keys[2], (3, 2)), "b": jax.random.normal(keys[3], (2,))}
+    flat_params, unravel = jax.flatten_util.ravel_pytree(params)
+    optimizer = optax.adam(1e-2)
+    state = optimizer.init(flat_params)
+    for _ in range(2):  # a second step sees Adam's moments
+        out, state_out, norm = flat_optimizer_step(
+            optimizer, params, state, grads, jnp.float32(max_norm)
+        )
+        flat_grads = jax.flatten_util.ravel_pytree(grads)[0]
+        want, want_state, want_norm = optimizer_step(
+            optimizer, flat_params, state, flat_grads, jnp.float32(max_norm)
+        )
+        assert jax.tree.structure(out) == jax.tree.structure(params)
+        np.testing.assert_array_equal(jax.flatten_util.ravel_pytree(out)[0], want)
+        assert float(norm) == float(want_norm)
+        for a, b in zip(jax.tree.leaves(state_out), jax.tree.leaves(want_state), strict=True):
+            np.testing.assert_array_equal(a, b)
+        params, flat_params, state = out, want, state_out
 
 
 def test_annealing_decays_linearly_to_zero_over_the_run():

@@ -1,8 +1,12 @@
-"""Networks: the slice-built 3x3 convolution, distributions, initialisation scales."""
+"""Networks: the slice-built 3x3 convolution, distributions, initialisation scales, the
+bfloat16 compute option."""
+
+import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from rlax_trpo import Config
 from rlax_trpo.envs import make_env
@@ -59,3 +63,48 @@ def test_cnn_on_vector_observations_is_one_line_error_before_compiling(tmp_path,
     assert captured.err.startswith("error: network: cnn needs image observations")
     assert "CartPole-v1 gives shape (4,)" in captured.err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "env, extra",
+    [("CartPole-v1", {}), ("Pendulum-v1", {}), ("CartPole-v1", {"memory": "gru"})],
+)
+def test_bfloat16_compute_keeps_float32_parameters_and_outputs(env, extra):
+    """`compute_dtype: bfloat16`: the same float32 parameters, float32 logits/means and
+    values within bfloat16 rounding of the float32 networks', and products in bfloat16."""
+    spec = make_env(env).spec
+    nets = {
+        dtype: make_networks(Config.create(env=env, compute_dtype=dtype, **extra), spec)
+        for dtype in ("float32", "bfloat16")
+    }
+    params = nets["float32"].init(jax.random.key(0))
+    same = nets["bfloat16"].init(jax.random.key(0))
+    assert jax.tree.all(
+        jax.tree.map(lambda a, b: a.dtype == jnp.float32 and bool((a == b).all()), params, same)
+    )
+    obs = jax.random.normal(jax.random.key(1), (3, 16, *spec.obs_shape))  # [T, B, ...]
+    first = jnp.zeros((3, 16), bool)
+
+    def outputs(n, obs):
+        if n.memory is None:
+            dist, values = n.policy(params.policy, obs), n.value(params.value, obs)
+        else:
+            memory = n.memory.initial(16)
+            dist, values = n.memory.joint_sequence(params, memory, obs, first)
+        out = dist.logits if spec.discrete else dist.mean()
+        return out, values
+
+    (out32, v32), (out16, v16) = outputs(nets["float32"], obs), outputs(nets["bfloat16"], obs)
+    for a, b in ((out16, out32), (v16, v32)):
+        assert a.dtype == jnp.float32 and a.shape == b.shape
+        assert not bool((a == b).all())  # rounded differently...
+        np.testing.assert_allclose(
+            a, b, rtol=0.05, atol=0.05 * float(jnp.abs(b).max())
+        )  # ...a little
+    hlo = {d: jax.jit(lambda o, n=n: outputs(n, o)).lower(obs).as_text() for d, n in nets.items()}
+    assert "bf16" not in hlo["float32"]
+    dots = [line for line in hlo["bfloat16"].splitlines() if "dot_general" in line]
+    in_bf16 = [line for line in dots if re.search(r"xbf16>, tensor<\S+xbf16>\) -> ", line)]
+    assert len(in_bf16) >= 4  # the two torsos' hidden layers at least
+    if not extra:  # feed-forward: the heads too (with memory the cell and head are float32)
+        assert len(in_bf16) == len(dots)

@@ -35,9 +35,12 @@ def test_first_minibatch_ratio_is_one(extra):
 
 
 @pytest.mark.slow
-def test_ppo_learns_cartpole():
-    """configs/ppo_cartpole.yaml (the CLI default) at half its budget, 4 seeds vmapped."""
-    config = load_config(ROOT / "configs" / "ppo_cartpole.yaml", ["total_env_steps=100000"])
+@pytest.mark.parametrize("compute_dtype", ["float32", "bfloat16"])
+def test_ppo_learns_cartpole(compute_dtype):
+    """configs/ppo_cartpole.yaml (the CLI default) at half its budget, 4 seeds vmapped; also
+    with the networks computing in bfloat16."""
+    overrides = ["total_env_steps=100000", f"compute_dtype={compute_dtype}"]
+    config = load_config(ROOT / "configs" / "ppo_cartpole.yaml", overrides)
     keys = jax.random.split(jax.random.key(0), 4)
     _, m = conftest.jit_default_codegen(jax.vmap(make_train(config), in_axes=(0, None)))(
         keys, config.hp

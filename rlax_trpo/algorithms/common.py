@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
+from jax.flatten_util import ravel_pytree
 
 from rlax_trpo import advantages as adv_lib
 from rlax_trpo import losses, shuffle
@@ -73,6 +74,29 @@ def optimizer_step(
     grads, norm = clip_by_global_norm(grads, max_grad_norm)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, norm
+
+
+def flat_optimizer_step(
+    optimizer: optax.GradientTransformation,
+    params: Any,
+    opt_state: Any,
+    grads: Any,
+    max_grad_norm: jax.Array,
+) -> tuple[Any, Any, jax.Array]:
+    """`optimizer_step` with the clipping and the optimiser on one flat vector (`opt_state`
+    is the optimiser's state of `ravel_pytree(params)[0]`), the parameters kept as a pytree.
+
+    One vector makes the optimiser a few kernels instead of a few per leaf (on CPU about a
+    quarter of PPO's update). The parameters stay separate arrays, so the networks read
+    whole arrays, never slices of one vector: on a GPU, XLA fuses a Dense layer's bias into
+    its matrix product only then (a slice left the bias add as one more pass over every
+    hidden activation: 45 of 265 ms of PPO's update at 131,072 CartPole envs on an H100).
+    Same arithmetic as `optimizer_step` on the flat vector.
+    """
+    flat_params, unravel = ravel_pytree(params)
+    flat_grads, norm = clip_by_global_norm(ravel_pytree(grads)[0], max_grad_norm)
+    updates, opt_state = optimizer.update(flat_grads, opt_state, flat_params)
+    return optax.apply_updates(params, unravel(updates)), opt_state, norm
 
 
 # ---------------------------------------------------------------- batches
@@ -223,15 +247,18 @@ def minibatch_descent(
     make_minibatches: Callable[[jax.Array], Any],
     max_grad_norm: jax.Array,
     *args: Any,
+    flat: bool = False,
 ) -> tuple[tuple[Any, Any], dict]:
     """Epochs x shuffled minibatches of clipped optimiser steps on `grad_fn(params, minibatch,
     *args) -> (grads, aux)`. Returns `((params, opt_state), aux)`, every aux entry (and
-    `grad_norm`, the norm before clipping) stacked `[num_epochs, num_minibatches]`."""
+    `grad_norm`, the norm before clipping) stacked `[num_epochs, num_minibatches]`. With
+    `flat`, `opt_state` is of the flattened parameters (`flat_optimizer_step`)."""
+    take_step = flat_optimizer_step if flat else optimizer_step
 
     def step(carry, mb):
         params, opt_state = carry
         grads, aux = grad_fn(params, mb, *args)
-        params, opt_state, aux["grad_norm"] = optimizer_step(
+        params, opt_state, aux["grad_norm"] = take_step(
             optimizer, params, opt_state, grads, max_grad_norm
         )
         return (params, opt_state), aux

@@ -171,6 +171,9 @@ class ControlFields(RunFields):
     network: Literal["auto", "mlp", "cnn"] = "auto"
     hidden_sizes: tuple[PositiveInt, ...] = (64, 64)
     activation: Literal["tanh", "relu"] = "tanh"
+    # The arithmetic of the networks' torsos and heads: bfloat16 halves the bytes their
+    # activations move (parameters, optimiser, losses and advantages stay float32).
+    compute_dtype: Literal["float32", "bfloat16"] = "float32"
     # Memory (rlax_trpo.memory): a GRU or LSTM cell between the torso and the policy's head.
     memory: Literal["none", "gru", "lstm"] = "none"
     memory_size: int = Field(128, gt=0)
