@@ -15,13 +15,25 @@ kernels (fusions and library calls in the optimised HLO, loop bodies counted onc
 whole run: its phases are one program), plus random actions through the environment alone.
 
     python benchmarks/profile_ppo.py --num-envs 16384 131072 --purejaxrl ppo.py --json out.json
+    python benchmarks/profile_ppo.py --phases update iteration --trace compute_dtype=bfloat16
+
+`--phases` times some of the phases only. `--trace` records one call of the update and of
+the iteration (and of PureJaxRL's whole run) with `jax.profiler` and adds their device
+kernels to the JSON: each kernel's name, launches and microseconds per iteration, the
+largest first, and the device's busy time. XLA's environment (`XLA_FLAGS`) is recorded
+beside the figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import gzip
+import json
+import os
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -95,8 +107,49 @@ def timed(fn, args: tuple, repeats: int) -> dict:
     return {"seconds": float(np.median(walls)), **compiled_figures(compiled)}
 
 
-def profile(config, repeats: int) -> dict:
-    """This library's phases and whole iteration at `config`'s width."""
+PHASES = ("rollout", "batch", "update", "iteration")
+
+
+def device_kernels(fn, args: tuple, calls: int = 1, top: int = 25) -> dict:
+    """One traced call of the compiled `fn(*args)`: its device kernels by total time.
+
+    Reads the Chrome trace that `jax.profiler` writes beside its XPlane file; events of the
+    processes whose name names a device (not the host) are kernels and copies. Times are
+    microseconds per call (the call's time over `calls` when it runs several iterations)."""
+    jax.block_until_ready(fn(*args))
+    with tempfile.TemporaryDirectory() as log_dir:
+        with jax.profiler.trace(log_dir):
+            jax.block_until_ready(fn(*args))
+        traces = list(Path(log_dir).glob("plugins/profile/*/*.trace.json.gz"))
+        if not traces:
+            return {"error": "jax.profiler wrote no trace.json.gz"}
+        with gzip.open(traces[0]) as fh:
+            events = json.load(fh)["traceEvents"]
+    names = {e["pid"]: e.get("args", {}).get("name", "") for e in events
+             if e.get("ph") == "M" and e.get("name") == "process_name"}  # fmt: skip
+    device = {pid for pid, name in names.items() if "/device:" in name}
+    if not device:
+        return {"error": "no device in the trace", "processes": sorted(names.values())}
+    per_kernel: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
+    for e in events:
+        if e.get("ph") == "X" and e["pid"] in device and "dur" in e:
+            k = per_kernel[e["name"]]
+            k[0] += 1
+            k[1] += float(e["dur"])
+    ranked = sorted(per_kernel.items(), key=lambda kv: -kv[1][1])
+    return {
+        "device_processes": sorted(names[p] for p in device),
+        "busy_us": sum(v[1] for v in per_kernel.values()) / calls,
+        "kernels": len(per_kernel),
+        "launches": sum(v[0] for v in per_kernel.values()) / calls,
+        "top": [
+            {"name": n[:160], "launches": c / calls, "us": t / calls} for n, (c, t) in ranked[:top]
+        ],  # fmt: skip
+    }
+
+
+def profile(config, repeats: int, which=PHASES, trace: bool = False) -> dict:
+    """This library's phases and whole iteration at `config`'s width (those in `which`)."""
     trainer = make_trainer(config)
     hp = config.hp
     state = jax.jit(trainer.init)(jax.random.key(0), hp)
@@ -104,19 +157,24 @@ def profile(config, repeats: int) -> dict:
     key = jax.random.key(1)
     ro = jax.jit(roll)(state, key)
     learner = jax.jit(batch)(state, ro, hp)
-    out = {
-        "rollout": timed(roll, (state, key), repeats),
-        "batch": timed(batch, (state, ro, hp), repeats),
-        "update": timed(update, (state, learner, hp, key), repeats),
-        "iteration": timed(trainer.iteration, (state, hp), repeats),
+    calls = {
+        "rollout": (roll, (state, key)),
+        "batch": (batch, (state, ro, hp)),
+        "update": (update, (state, learner, hp, key)),
+        "iteration": (trainer.iteration, (state, hp)),
     }
-    out["env_steps_per_second"] = config.batch_size / out["iteration"]["seconds"]
+    out = {phase: timed(*calls[phase], repeats) for phase in PHASES if phase in which}
+    if "iteration" in out:
+        out["env_steps_per_second"] = config.batch_size / out["iteration"]["seconds"]
+    if trace:
+        out["update_kernels"] = device_kernels(jax.jit(update), calls["update"][1])
+        out["iteration_kernels"] = device_kernels(jax.jit(trainer.iteration), (state, hp))
     return out
 
 
-def purejaxrl_iteration(module, config, repeats: int) -> dict:
+def purejaxrl_iteration(module, config, repeats: int, trace: bool = False) -> dict:
     """PureJaxRL's seconds per iteration: its whole run at `config`'s sizes over its
-    iterations (compile excluded)."""
+    iterations (compile excluded); with `trace`, its kernels per iteration."""
     import _purejaxrl
 
     fn, keys, steps = _purejaxrl.make_run(module, config, 1)
@@ -129,12 +187,15 @@ def purejaxrl_iteration(module, config, repeats: int) -> dict:
         walls.append(time.perf_counter() - t0)
     iterations = steps // config.batch_size
     seconds = float(np.median(walls)) / iterations
-    return {
+    out = {
         "seconds": seconds,
         "env_steps_per_second": config.batch_size / seconds,
         **compiled_figures(compiled),
         "kernels_note": "the whole run's program (its loop bodies once), not one iteration's",
     }
+    if trace:
+        out["iteration_kernels"] = device_kernels(compiled, (keys,), calls=iterations)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iterations", type=int, default=4, help="of PureJaxRL's timed run")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--purejaxrl", type=Path, metavar="PPO_PY")
+    p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
+    p.add_argument("--trace", action="store_true", help="add the update's device kernels")
     p.add_argument("--json", type=Path)
     p.add_argument("overrides", nargs="*", metavar="key=value")
     args = p.parse_intermixed_args(argv)
@@ -167,16 +230,21 @@ def main(argv: list[str] | None = None) -> int:
         line = {
             "num_envs": width,
             "num_steps": config.num_steps,
-            "ours": profile(config, args.repeats),
+            "overrides": args.overrides,
+            "ours": profile(config, args.repeats, args.phases, args.trace),
         }
         if module is not None:
-            line["purejaxrl"] = purejaxrl_iteration(module, config, args.repeats)
+            line["purejaxrl"] = purejaxrl_iteration(module, config, args.repeats, args.trace)
         line["env_only_random_steps_per_second"] = env_only_steps_per_second(
             config.env, width, config.num_steps, total
         )
         print(line, flush=True)
         results.append(line)
-    header = {"device": jax.devices()[0].device_kind, "backend": jax.default_backend()}
+    header = {
+        "device": jax.devices()[0].device_kind,
+        "backend": jax.default_backend(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+    }
     publish("profile_ppo", {**header, "config": args.config, "results": results}, args.json)
     return 0
 

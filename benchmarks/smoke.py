@@ -84,7 +84,7 @@ SMOKE = {
                             "--seeds", "2", "--largest", "3", "num_envs=8", "num_steps=16"], ()),
     "profile_ppo.py": (
         [PY, "benchmarks/profile_ppo.py", "--num-envs", "8", "--iterations", "2", "--repeats",
-         "1", "num_steps=16"],
+         "1", "--trace", "num_steps=16", "compute_dtype=bfloat16"],
         (),
     ),
     "shuffle.py": ([PY, "benchmarks/shuffle.py", "--sizes", "256", "--iters", "10", "--repeats",
