@@ -31,6 +31,7 @@ import yaml
 
 import train
 from rlax_trpo import load_policy
+from rlax_trpo.config import load_config
 from rlax_trpo.config.sweep import Sweep
 from rlax_trpo.experiment import checkpoint
 from rlax_trpo.experiment import record as run_record
@@ -198,6 +199,8 @@ def test_version_1_folders_still_resume_to_the_end(tmp_path, capsys):
         capsys.readouterr().err
     )
     old = checkpoint.read_record(V1 / STOPPED / "checkpoint")
+    # The old config as this version reads it: fields added since take their defaults.
+    old = dataclasses.replace(old, config=load_config(None, base=old.config).to_dict())
     for run in (stopped, died):
         summary = json.loads((run / "summary.json").read_text())
         assert (summary["iterations_done"], summary["num_iterations"]) == (3, 3)

@@ -83,15 +83,11 @@ def flat_optimizer_step(
     grads: Any,
     max_grad_norm: jax.Array,
 ) -> tuple[Any, Any, jax.Array]:
-    """`optimizer_step` with the clipping and the optimiser on one flat vector (`opt_state`
-    is the optimiser's state of `ravel_pytree(params)[0]`), the parameters kept as a pytree.
-
-    One vector makes the optimiser a few kernels instead of a few per leaf (on CPU about a
-    quarter of PPO's update). The parameters stay separate arrays, so the networks read
-    whole arrays, never slices of one vector: on a GPU, XLA fuses a Dense layer's bias into
-    its matrix product only then (a slice left the bias add as one more pass over every
-    hidden activation: 45 of 265 ms of PPO's update at 131,072 CartPole envs on an H100).
-    Same arithmetic as `optimizer_step` on the flat vector.
+    """`optimizer_step` on the flat vector (`opt_state` is of `ravel_pytree(params)[0]`),
+    the parameters kept as a pytree: the optimiser is a few kernels, not a few per leaf (a
+    quarter of PPO's update on CPU), and the networks read whole arrays, not slices of one
+    vector (an H100 trace of PPO's update showed one extra pass over every hidden activation
+    per minibatch with slices: docs/performance.md). Same arithmetic as on the flat vector.
     """
     flat_params, unravel = ravel_pytree(params)
     flat_grads, norm = clip_by_global_norm(ravel_pytree(grads)[0], max_grad_norm)
