@@ -54,3 +54,32 @@ def publish(name: str, figures: dict[str, Any], path: Path | None) -> None:
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text + "\n")
+
+
+def parse_with_overrides(parser, argv: list[str] | None):
+    """`parser.parse_args` with `key=value` config overrides taken from anywhere on the line.
+
+    argparse gives a `nargs="+"` option (`--num-envs 4 8`) every word after it, so an
+    override written after one was read as one of its values (an invalid width). Here each
+    word of the form `name=value` that is not the value of an option (`--config x`) is an
+    override; the rest is parsed as usual, and the overrides are `args.overrides`, in order.
+    """
+    import re
+
+    words = list(sys.argv[1:] if argv is None else argv)
+    takes_value = {
+        flag
+        for action in parser._actions
+        if action.option_strings and action.nargs is None and action.const is None
+        for flag in action.option_strings
+    }
+    overrides, rest = [], []
+    for i, word in enumerate(words):
+        after_option = i > 0 and words[i - 1] in takes_value
+        if not after_option and re.fullmatch(r"[A-Za-z_][\w.]*=.*", word):
+            overrides.append(word)
+        else:
+            rest.append(word)
+    args = parser.parse_args(rest)
+    args.overrides = [*getattr(args, "overrides", []), *overrides]
+    return args

@@ -107,7 +107,9 @@ def _pytest_steps(out: Path, tiny: bool) -> list[Step]:
         workers = ["-n", "4", "--dist", "loadfile"]
     fast = ["tests/test_advantages.py"] if tiny else ["-m", "not slow", *workers]
     slow = ["-m", "slow", "--collect-only"] if tiny else ["-m", "slow"]
-    base = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", *ignore]
+    # -v: each test's outcome is in the step's log as it ends, so a step cut by its limit
+    # (before pytest writes its JUnit report) still says which tests failed.
+    base = [PY, "-m", "pytest", "-v", "-p", "no:cacheprovider", *ignore]
     env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}  # several test processes share the GPU
     return [
         Step("tests", [*base, *fast, f"--junitxml={junit / 'tests.xml'}"], 540, "pytest", env),
@@ -213,6 +215,15 @@ def _pytest_results(step: Step) -> dict[str, Any]:
     return {**counts, "failed": failed}
 
 
+def _failed_in_log(text: str) -> dict[str, Any]:
+    """The tests that `pytest -v` printed as failed or in error, as they ended (with xdist,
+    `[gw0] [ 5%] FAILED tests/a.py::b`; alone, `tests/a.py::b FAILED [ 5%]`): what a step
+    cut by its limit, before its JUnit report, still tells."""
+    found = re.findall(r"(?:FAILED|ERROR) (tests/\S+::\S+)|(tests/\S+::\S+) (?:FAILED|ERROR)", text)
+    names = list(dict.fromkeys(a or b for a, b in found))
+    return {"failed_in_log": names} if names else {}
+
+
 def _collected(text: str) -> dict[str, Any]:
     found = re.search(r"(\d+)(?:/\d+)? tests? collected", text)
     return {"collected": int(found.group(1))} if found else {}
@@ -232,7 +243,7 @@ def _json_lines(text: str) -> list[Any]:
 def results_of(step: Step, out: Path, log_text: str) -> Any:
     """What the step measured, read from its files (or its printed JSON lines)."""
     if step.kind == "pytest":
-        return {**_pytest_results(step), **_collected(log_text)}
+        return {**_pytest_results(step), **_collected(log_text), **_failed_in_log(log_text)}
     if step.kind == "json":
         path = out / "steps" / f"{step.name}.json"
         return json.loads(path.read_text()) if path.is_file() else None

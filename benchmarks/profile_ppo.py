@@ -45,7 +45,7 @@ setup_cpu()  # before JAX starts: one CPU device per core (rlax_trpo/platform.py
 
 import jax
 import numpy as np
-from _publish import publish
+from _publish import parse_with_overrides, publish
 
 from rlax_trpo.config import ControlFields
 from rlax_trpo.config.configuration import load_config, raw_config
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trace", action="store_true", help="add the update's device kernels")
     p.add_argument("--json", type=Path)
     p.add_argument("overrides", nargs="*", metavar="key=value")
-    args = p.parse_intermixed_args(argv)
+    args = parse_with_overrides(p, argv)
     if any(n < 1 for n in args.num_envs) or args.iterations < 1 or args.repeats < 1:
         p.error("--num-envs, --iterations and --repeats: positive integers")
     if args.purejaxrl is not None and not args.purejaxrl.is_file():

@@ -32,7 +32,7 @@ setup_cpu()  # before JAX starts: one CPU device per core (rlax_trpo/platform.py
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _publish import publish
+from _publish import parse_with_overrides, publish
 
 from rlax_trpo.config import load_config
 from rlax_trpo.envs import make_env
@@ -163,7 +163,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     p.add_argument("overrides", nargs="*", metavar="key=value")
-    args = p.parse_args(argv)
+    args = parse_with_overrides(p, argv)
     for flag in ("num_envs", "seeds"):
         if any(n < 1 for n in getattr(args, flag) or []):
             p.error(f"--{flag.replace('_', '-')}: must be positive integers")

@@ -8,8 +8,9 @@ should catch it, and report each mutant as killed (a test failed) or survived.
     python tests/mutants.py --control    # the same test selections on the unchanged code
 
 Each mutant is a one-line textual change that must apply exactly once; it is applied to a
-copy of the repository (package, tests, configs, train.py) in a temporary folder, and the
-named tests run there with that copy first on the path. Exit status 1 if any survived.
+copy of the repository (package, tests, configs, benchmarks, train.py) in a temporary
+folder, and the named tests run there with that copy first on the path. Exit status 1 if
+any survived.
 """
 
 from __future__ import annotations
@@ -579,6 +580,18 @@ MUTANTS = [
     M("ppo-per-leaf-optimiser", "rlax_trpo/algorithms/ppo.py",
       "            flat=True,", "            flat=False,",
       ("tests/test_ppo.py::test_first_minibatch_ratio_is_one",)),
+    M("benchmark-overrides-after-lists", "benchmarks/_publish.py",
+      "if not after_option and re.fullmatch(", "if False and re.fullmatch(",
+      ("tests/test_benchmarks.py", "-k", "overrides_are_read_anywhere")),
+    M("benchmark-option-values-taken-for-overrides", "benchmarks/_publish.py",
+      "after_option = i > 0 and words[i - 1] in takes_value", "after_option = False",
+      ("tests/test_benchmarks.py", "-k", "overrides_are_read_anywhere")),
+    M("gpu-suite-tests-quiet", "benchmarks/gpu_suite.py",
+      'base = [PY, "-m", "pytest", "-v",', 'base = [PY, "-m", "pytest", "-q",',
+      ("tests/test_gpu_suite.py", "-k", "cut_before_its_report")),
+    M("gpu-suite-log-failures-unread", "benchmarks/gpu_suite.py",
+      "**_collected(log_text), **_failed_in_log(log_text)}", "**_collected(log_text)}",
+      ("tests/test_gpu_suite.py", "-k", "cut_before_its_report")),
 ]  # fmt: skip
 
 
@@ -589,10 +602,12 @@ def run(mutant: Mutant, control: bool = False) -> tuple[bool | None, float, str]
     with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as tmp:
         copy = Path(tmp)
         for part in ("rlax_trpo", "tests", "configs", "notebooks", "train.py", "pyproject.toml",
-                     "README.md", "LICENSE", "CITATION.cff", "CHANGELOG.md", ".ci"):  # fmt: skip
+                     "README.md", "LICENSE", "CITATION.cff", "CHANGELOG.md", ".ci",
+                     "benchmarks"):  # fmt: skip
             src = ROOT / part
-            if src.is_dir():
-                shutil.copytree(src, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+            if src.is_dir():  # benchmarks/ without its results (JSON only the docs read)
+                ignore = shutil.ignore_patterns("__pycache__", "results")
+                shutil.copytree(src, copy / part, ignore=ignore)
             else:
                 shutil.copy2(src, copy / part)
         path = copy / mutant.file

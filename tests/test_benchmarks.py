@@ -49,3 +49,17 @@ def test_throughput_sizes_iterations_from_the_width_and_keeps_a_configs_own_widt
     # The default config with no size given: PureJaxRL's three widths.
     widths = [c.num_envs for c in throughput.configs_of(throughput.parse_args([]))]
     assert widths == [4, 64, 1024]
+
+
+def test_overrides_are_read_anywhere_on_the_line():
+    """`key=value` after a list option (`--num-envs 4 8`) is an override, not a width; a
+    value of an option (`--config NAME`, `--json PATH`) is never taken for one."""
+    throughput = _throughput()
+    args = throughput.parse_args(
+        ["--num-envs", "4", "8", "compute_dtype=bfloat16", "--seeds", "2", "num_steps=16",
+         "--json", "a=b.json"]
+    )  # fmt: skip
+    assert (args.num_envs, args.seeds) == ([4, 8], [2])
+    assert args.overrides == ["compute_dtype=bfloat16", "num_steps=16"]
+    assert str(args.json) == "a=b.json"
+    assert [c.compute_dtype for c in throughput.configs_of(args)] == ["bfloat16"] * 2

@@ -95,3 +95,26 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, argv, mess
     assert proc.returncode == 2
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_a_test_step_cut_before_its_report_still_names_its_failures(tmp_path):
+    """The test steps run pytest -v; without a JUnit report (a step cut by its limit) the
+    failures printed so far, with or without xdist, are the step's results."""
+    step = next(s for s in suite.plan(tmp_path, True, None, None) if s.name == "tests")
+    assert "-v" in step.command and "-q" not in step.command
+    log = (
+        "[gw1] [ 40%] PASSED tests/test_losses.py::test_a\n"
+        "[gw0] [ 45%] FAILED tests/test_trpo.py::test_b[x-1]\n"
+        "tests/test_ppo.py::test_c FAILED                [ 50%]\n"
+        "tests/test_ppo.py::test_d ERROR                 [ 55%]\n"
+        "[gw0] [ 45%] FAILED tests/test_trpo.py::test_b[x-1]\n"
+    )
+    results = suite.results_of(step, tmp_path, log)
+    assert results["failed_in_log"] == [
+        "tests/test_trpo.py::test_b[x-1]",
+        "tests/test_ppo.py::test_c",
+        "tests/test_ppo.py::test_d",
+    ]
+    assert "failed_in_log" not in suite.results_of(
+        step, tmp_path, log.replace("FAILED", "PASSED").replace("ERROR", "PASSED")
+    )
