@@ -90,9 +90,11 @@ def flat_optimizer_step(
     per minibatch with slices: docs/performance.md). Same arithmetic as on the flat vector.
     """
     flat_params, unravel = ravel_pytree(params)
-    flat_grads, norm = clip_by_global_norm(ravel_pytree(grads)[0], max_grad_norm)
-    updates, opt_state = optimizer.update(flat_grads, opt_state, flat_params)
-    return optax.apply_updates(params, unravel(updates)), opt_state, norm
+    flat_grads = ravel_pytree(grads)[0]
+    flat, opt_state, norm = optimizer_step(
+        optimizer, flat_params, opt_state, flat_grads, max_grad_norm
+    )
+    return unravel(flat), opt_state, norm
 
 
 # ---------------------------------------------------------------- batches
