@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from rlax_trpo import pbt
 from rlax_trpo.algorithms import make_algorithm
 from rlax_trpo.algorithms.base import Algorithm
 from rlax_trpo.config.configuration import Config
@@ -46,6 +47,7 @@ from rlax_trpo.rollout import (
 from rlax_trpo.types import Metrics, Params, TrainState
 
 ProgressFn = Callable[[jax.Array, jax.Array], None]
+PBT_STREAM = 0x9B7  # folded into a member's key for its PBT carry (other draws unchanged)
 
 
 class Trainer(NamedTuple):
@@ -93,9 +95,15 @@ def make_trainer(config: Config, progress: ProgressFn | None = None) -> Trainer:
                 "use reset_ratio=1"
             )
         rollout = functools.partial(collect, reset_ratio=config.reset_ratio)
+    pbt_settings = config.pbt.settings() if config.pbt is not None else None
 
     def init(key: jax.Array, hp: HParams) -> TrainState:
         k_params, k_env, k_run = jax.random.split(key, 3)
+        carry = None
+        if config.pbt is not None:  # the member's own hyperparameters, drawn or configured
+            k_pbt = jax.random.fold_in(key, PBT_STREAM)
+            carry = pbt.initial_carry(k_pbt, hp, pbt_settings, config.pbt.init == "prior")
+            hp = carry.hparams
         params = networks.init(k_params)
         if not algorithm.critic:  # the policy's draw is the same either way
             params = params._replace(value=None)
@@ -115,6 +123,7 @@ def make_trainer(config: Config, progress: ProgressFn | None = None) -> Trainer:
             diverged_at=jnp.full((), -1, jnp.int32),
             memory=_initial_memory(networks, algorithm, config.num_envs),
             first=jnp.ones((config.num_envs,), bool) if networks.recurrent else None,
+            pbt=carry,
         )
 
     def iteration(state: TrainState, hp: HParams) -> tuple[TrainState, Metrics]:

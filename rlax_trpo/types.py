@@ -85,6 +85,8 @@ class TrainState:
     diverged_at: jax.Array  # -1, or the first iteration whose update was non-finite
     memory: Any = None  # with memory: the networks' `Memory` `[B, ...]` where they stand
     first: Any = None  # with memory: `[B]` whether the next observation begins an episode
+    pbt: Any = None  # with `pbt:`, the member's `rlax_trpo.pbt.Carry` (its own hyperparameters)
+    pbt: Any = None  # with `pbt:`, the member's `rlax_trpo.pbt.Carry` (its own hyperparameters)
 
 
 class Program(NamedTuple):
@@ -115,3 +117,6 @@ class Program(NamedTuple):
     curve: str  # the metric of learning_curve.png
     summarize: Any
     diverged_at: Any
+    # The population's own run, `(state [P], hp [P], num_iterations) -> (state, metrics [P, n])`,
+    # where members act on each other (population-based training); None: `run` vmapped.
+    population_run: Any = None

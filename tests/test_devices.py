@@ -48,6 +48,12 @@ SCRIPT = textwrap.dedent("""
         for d in (1, 4):
             run = ["--devices", str(d), "--out", str(out / f"{name}_dp{d}")]
             assert train.main([*argv, *run]) == 0
+    # population-based training: the members act on each other across the devices
+    pbt = ["--no-progress", "--seeds", "4", "num_envs=4", "num_steps=16",
+           "total_env_steps=512", "num_epochs=1", "num_minibatches=2", "eval_episodes=2",
+           "pbt.explore.learning_rate=loguniform:1e-4,1e-2", "pbt.ready=2", "pbt.fraction=0.5"]
+    for d in (1, 2, 4):
+        assert train.main([*pbt, "--devices", str(d), "--out", str(out / f"pbt{d}")]) == 0
 """)
 
 
@@ -187,3 +193,14 @@ def test_data_parallel_update_gathers_nothing():
             # nothing batch-sized crosses devices (512 samples, 128 per device), not even
             # as an all-reduce (a global shuffle of the env-major batch reduces its indices)
             assert counts[f"{algo}/per_env/{d}"]["longest_axis"] < 128, counts
+
+
+def test_pbt_gives_the_same_lineage_on_1_2_and_4_devices(runs):
+    one = _rows(runs / "pbt1")
+    lineage = [(r["pbt/parent"], r["hp/learning_rate"]) for r in one]
+    assert len({p for p, _ in lineage}) > 1  # members copied others
+    for d in (2, 4):
+        assert json.loads((runs / f"pbt{d}" / "summary.json").read_text())["num_devices"] == d
+        rows = _rows(runs / f"pbt{d}")
+        assert [(r["pbt/parent"], r["hp/learning_rate"]) for r in rows] == lineage, d
+        _assert_close(rows, one, rtol=1e-4, atol=1e-6)

@@ -3,9 +3,9 @@ sections (`Section`), the fields of every run (`RunFields`) and of every control
 (`ControlFields`). Algorithms compose their own sections from these
 (`rlax_trpo.algorithms.sections`); `rlax_trpo.config` assembles and validates a whole
 configuration. This module imports nothing else of the package but its checks
-(`rlax_trpo.config.checks`, which every configuration gets through `RunFields`) and, on use,
-the CPU setup and the environment check, so every algorithm can declare its section here
-without an import cycle.
+(`rlax_trpo.config.checks`, which every configuration gets through `RunFields`), the ground
+floor's PBT priors and, on use, the CPU setup and the environment check, so every algorithm
+can declare its section here without an import cycle.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from pydantic import (
 from rlax_trpo.config import checks
 from rlax_trpo.config.checks import INT32_MAX, ReadWith, read_with
 from rlax_trpo.errors import ConfigError
+from rlax_trpo.pbt import PBTSettings, Prior
 
 DEFAULT_ALGORITHM = "ppo"
 
@@ -151,6 +152,66 @@ class RunFields(Section):
         return self
 
 
+class PBTSection(Section):
+    """The `pbt:` section: population-based training inside the compiled run
+    (`rlax_trpo.pbt`). The population is the run's seeds x settings; every `ready`
+    iterations the lowest `fraction` of members copies a member of the highest `fraction`
+    and explores each hyperparameter named in `explore` (`{name: "loguniform:LOW,HIGH"}` or
+    `"uniform:LOW,HIGH"`): multiplied by one of `factors`, or with `resample_probability`
+    drawn from its prior, clipped to the bounds. `init: prior` draws each member's starting
+    values from the priors (else they are the config's and `--sweep`'s)."""
+
+    explore: dict[str, str] = Field(min_length=1)
+    ready: int = Field(10, gt=0)
+    fraction: float = Field(0.25, gt=0, le=0.5)
+    factors: tuple[float, ...] = Field((0.8, 1.25), min_length=1)
+    resample_probability: float = Field(0.0, ge=0, le=1)
+    init: Literal["config", "prior"] = "config"
+
+    @field_validator("explore")
+    @classmethod
+    def _priors(cls, explore: dict[str, str]) -> dict[str, str]:
+        for name, text in explore.items():
+            try:
+                Prior.parse(text)
+            except ValueError as err:
+                raise ValueError(f"pbt.explore.{name}: {err}") from None
+        return explore
+
+    @field_validator("factors")
+    @classmethod
+    def _positive(cls, factors: tuple[float, ...]) -> tuple[float, ...]:
+        if any(not f > 0 for f in factors):
+            raise ValueError(f"pbt.factors: {list(factors)} must all be positive")
+        return factors
+
+    def settings(self) -> PBTSettings:
+        """The step's static settings."""
+        priors = {name: Prior.parse(text) for name, text in self.explore.items()}
+        return PBTSettings(priors, self.fraction, self.factors, self.resample_probability)
+
+    def check_hparams(self, hp: BaseModel) -> None:
+        """Each explored name is a hyperparameter of `hp` (a validated `hp:` section) whose
+        bounds hold both ends of its prior; a ValueError naming the key otherwise."""
+        fields = type(hp).model_fields
+        for name, text in self.explore.items():
+            if name not in fields:
+                raise ValueError(
+                    f"pbt.explore.{name}: not a hyperparameter of this algorithm (PBT explores "
+                    f"hp: fields, traced in the compiled run: {', '.join(fields)})"
+                )
+            prior = Prior.parse(text)
+            for end in (prior.low, prior.high):
+                try:
+                    type(hp)(**{name: end})
+                except ValidationError as err:
+                    reason = err.errors()[0]["msg"]
+                    raise ValueError(
+                        f"pbt.explore.{name}: the prior's bound {end:g} is outside hp.{name}'s "
+                        f"range ({reason})"
+                    ) from None
+
+
 class ControlFields(RunFields):
     """Fields shared by every control algorithm: environment, rollout, networks,
     normalisation and evaluation. Defaults are those of the default run."""
@@ -179,6 +240,8 @@ class ControlFields(RunFields):
     memory_size: int = Field(128, gt=0)
     # Evaluation.
     eval_episodes: int = Field(10, gt=0)
+    # Population-based training over the run's seeds x settings (`PBTSection`); none: off.
+    pbt: PBTSection | None = None
 
     # memory_size is the width of a memory network's state, the policy's or the critic's
     read_only_with = {
@@ -204,6 +267,8 @@ class ControlFields(RunFields):
             raise ValueError(
                 f"reset_ratio: {self.reset_ratio} does not divide num_envs = {self.num_envs}"
             )
+        if self.pbt is not None and getattr(self, "hp", None) is not None:
+            self.pbt.check_hparams(self.hp)
         return self
 
     def host_checks(self) -> None:
@@ -240,8 +305,8 @@ def _one_line(err: ValidationError, prefix: str = "") -> str:
     msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":  # nested sections (e.g. an LM model's keys)
         return f"{key}: unknown key"
-    if first["loc"] and msg.startswith(f"{first['loc'][-1]}:"):
-        return msg  # model validators already name their key
+    if first["loc"] and msg.startswith((f"{first['loc'][-1]}:", f"{key}:", f"{key}.")):
+        return msg  # validators that already name their key
     if not first["loc"]:
         return msg
     got = first.get("input")

@@ -104,8 +104,9 @@ def compile_run(setup: Setup, start: Start) -> Compiled:
     if start.state is None:
         init_fn = jax.jit(population_initializer(program), out_shardings=placement.state)
         init = init_fn.lower(placement.init_keys, placement.hparams).compile()
+    population_run = program.population_run or jax.vmap(program.run, in_axes=(0, 0, None))
     run_fn = jax.jit(
-        jax.vmap(program.run, in_axes=(0, 0, None)),
+        population_run,
         static_argnums=2,
         out_shardings=(placement.state, placement.population),
     )

@@ -163,6 +163,10 @@ def plan_run(given: RunPlan) -> RunPlan:
             f"{plan.population} members; JAX indexes the population in int32 (at most "
             f"{INT32_MAX})"
         )
+    if plan.config.to_dict().get("pbt") and plan.population < 2:
+        raise ConfigError(
+            "pbt: a population of 1 member has no other to copy; use --seeds N (N >= 2) or --sweep"
+        )
     return plan
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from rlax_trpo import pbt
 from rlax_trpo.config.configuration import Config
 from rlax_trpo.evaluate import make_evaluate
 from rlax_trpo.report import run_files
@@ -25,6 +26,11 @@ def control_program(config: Config, progress: ProgressFn | None = None) -> Progr
 
     def summarize(metrics, scores, state, sweep, seeds, facts) -> dict[str, Any]:
         return run_files.return_summary(metrics, scores, sweep, seeds)
+
+    population_run = None
+    if config.pbt is not None:  # the members act on each other: one scan of the population
+        settings = config.pbt.settings()
+        population_run = pbt.population_run(trainer.iteration, settings, config.pbt.ready)
 
     return Program(
         name=config.env,
@@ -43,6 +49,7 @@ def control_program(config: Config, progress: ProgressFn | None = None) -> Progr
         curve="episode/return",
         summarize=summarize,
         diverged_at=lambda state: state.diverged_at,
+        population_run=population_run,
     )
 
 

@@ -8,6 +8,7 @@ Host-side; this module is a call site (it applies `jax.jit`).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import warnings
 from pathlib import Path
@@ -113,9 +114,10 @@ def no_checkpoint(run_dir: Path) -> str:
     )
 
 
-def load_policy(run_dir: str | Path, member: int = 0) -> Policy:
+def load_policy(run_dir: str | Path, member: int | None = None) -> Policy:
     """Member `member` (setting `member // seeds`, seed `member % seeds`) of the run folder
-    `run_dir`, restored from its latest checkpoint:
+    `run_dir`, restored from its latest checkpoint. By default member 0, or in a run with
+    population-based training its best member (`summary.json`'s `pbt.best_member`):
 
         policy = rlax_trpo.load_policy("runs/ppo8", member=0)
         obs, state = policy.env.reset(jax.random.key(0))
@@ -130,7 +132,19 @@ def load_policy(run_dir: str | Path, member: int = 0) -> Policy:
     run = SavedRun(run_dir)
     for note in run.notes:
         warnings.warn(note, stacklevel=2)
+    if member is None:
+        member = _best_pbt_member(Path(run_dir))
     return run.policy(member)
+
+
+def _best_pbt_member(run_dir: Path) -> int:
+    """The best member a finished PBT run's summary names; 0 for any other run."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return 0
+    pbt = summary.get("pbt") if isinstance(summary, dict) else None
+    return int(pbt["best_member"]) if isinstance(pbt, dict) and "best_member" in pbt else 0
 
 
 class RunEvaluation(NamedTuple):

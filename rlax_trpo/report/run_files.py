@@ -134,6 +134,9 @@ def return_summary(
         }
     if sweep.names:
         summary["returns_of"] = "best setting"
+    lineage = stats.pbt_lineage(metrics, finals)
+    if lineage is not None:  # population-based training: the best agent's history
+        summary["pbt"] = lineage
     summary["members"] = members
     summary["best"] = (
         None
