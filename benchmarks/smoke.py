@@ -69,6 +69,11 @@ SMOKE = {
         [PY, "benchmarks/lapack_one_device.py", "--processes", "1", "--envs", "2", "--steps", "2"],
         ("mujoco_playground",),
     ),
+    "pbt_vs_grid.py": (
+        [PY, "benchmarks/pbt_vs_grid.py", "--population", "2", "--repeats", "1", "--ready", "2",
+         *TINY_RUN],
+        (),
+    ),
     "memory_vs_purejaxrl.py": (
         [PY, "benchmarks/memory_vs_purejaxrl.py", "--total-steps", "2048", "memory_size=8",
          "hidden_sizes=[8]"],

@@ -20,7 +20,7 @@ from test_pbt import _leaves_equal
 import train
 from rlax_trpo import Config, load_policy, make_trainer
 from rlax_trpo.experiment import checkpoint, driver
-from rlax_trpo.pbt import Prior, population_step
+from rlax_trpo.pbt import Prior, population_run, population_step
 
 # 12 iterations, a step after every third; 2 of 4 members copy
 EXPLORE = ["pbt.explore.learning_rate=loguniform:1e-4,1e-2", "pbt.explore.ent_coef=uniform:0,0.05"]
@@ -238,3 +238,23 @@ def test_every_control_algorithm_trains_under_pbt(argv, tmp_path):
     assert m["pbt/parent"].shape[1] >= 2 and np.isfinite(m[f"hp/{name}"]).all()
     steps = [t for t in range(m["pbt/parent"].shape[1]) if (t + 1) % 2 == 0]
     assert (m["pbt/parent"][:, steps] != np.arange(2)[:, None]).any(axis=0).all()
+
+
+def test_a_window_carried_in_the_state_counts_at_the_next_step():
+    # what a checkpoint holds between chunks: a window begun before this call of the run
+    config = Config.create(
+        num_envs=4,
+        num_steps=64,
+        pbt={"explore": {"learning_rate": "loguniform:1e-4,1e-2"}, "ready": 1, "fraction": 0.25},
+    )  # fmt: skip (64 steps: every member finishes episodes in the one iteration)
+    trainer = make_trainer(config)
+    state = _train_state_population(config, 4)
+    state = state.replace(
+        pbt=state.pbt._replace(
+            return_sum=jnp.array([1e6, 0.0, 0.0, -1e6]), episodes=jnp.array([1.0, 0.0, 0.0, 1.0])
+        )
+    )
+    run = population_run(trainer.iteration, config.pbt.settings(), config.pbt.ready)
+    new, metrics = jax.jit(run, static_argnums=2)(state, None, 1)
+    assert (np.asarray(metrics["episode/count"]) > 0).all()
+    assert list(np.asarray(metrics["pbt/parent"][:, 0]).astype(int)) == [0, 1, 2, 0]

@@ -1,0 +1,152 @@
+#!/usr/bin/env python
+"""Population-based training against a grid of the same size and the same budget.
+
+Each repeat trains, from the same `--seed`, (a) a grid: the explored hyperparameters at
+`k` evenly spaced points of their priors each (`k ** fields = --population` settings, one
+seed each, `--sweep`), and (b) a PBT run: `--population` members whose starting values are
+drawn from the same priors (`pbt.init: prior`) and explored every `--ready` iterations. Its
+figures, per repeat and as the IQM over repeats with a 95% bootstrap interval
+(`rlax_trpo.report.stats`, as `rlax-trpo report` computes them):
+
+- the grid's best point (the highest final return among its settings) and PBT's best
+  member (the highest final return among its members): best of the same number of agents;
+- the cost: each run's env steps per second of training (compile excluded), and PBT's over
+  the grid's (PBT must be nearly free).
+
+    python benchmarks/pbt_vs_grid.py --config ppo_minatar env=Breakout-MinAtar \\
+        total_env_steps=2000000 --population 8 --repeats 4 \\
+        --explore learning_rate=loguniform:1e-4,1e-2 --ready 20 \\
+        --json benchmarks/results/pbt_vs_grid_breakout_2core.json
+
+Published: docs/pbt.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np
+from _publish import fresh_process_env, parse_with_overrides, publish
+
+from rlax_trpo.pbt import Prior
+from rlax_trpo.report import stats
+
+
+def grid_values(prior: Prior, k: int) -> list[float]:
+    """`k` points at the centres of `k` equal bins of the prior (in the logarithm when log)."""
+    centres = (np.arange(k) + 0.5) / k
+    if prior.log:
+        low, high = np.log(prior.low), np.log(prior.high)
+        return [float(f"{v:.4g}") for v in np.exp(low + centres * (high - low))]
+    return [float(f"{v:.4g}") for v in prior.low + centres * (prior.high - prior.low)]
+
+
+def train(argv: list[str], out: Path) -> dict:
+    """One `train.py` process; its summary.json."""
+    command = [sys.executable, str(ROOT / "train.py"), *argv, "--out", str(out), "--no-progress"]
+    proc = subprocess.run(command, env=fresh_process_env({}), capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"train.py failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    return json.loads((out / "summary.json").read_text())
+
+
+def best_point(summary: dict) -> float:
+    """The grid's best setting's final return (one seed per setting)."""
+    finals = [m["final_return_mean"] for m in summary["members"]]
+    return float(np.nanmax(np.asarray(finals, np.float64)))
+
+
+def best_member(summary: dict) -> float:
+    """PBT's best member's final return."""
+    finals = [f for m in summary["members"] for f in m["final_return_per_seed"]]
+    return float(np.asarray(finals, np.float64)[summary["pbt"]["best_member"]])
+
+
+def speed(summary: dict) -> float:
+    """Env steps per second of training, the whole population's (compile excluded)."""
+    return summary["population"] * summary["total_env_steps"] / summary["wall_seconds"]
+
+
+def aggregate(values: list[float], seed: int = 0) -> dict:
+    x = np.asarray(values, np.float64)
+    lo, hi = stats.bootstrap_ci(x, stats.iqm, seed=seed)
+    return {"iqm": float(stats.iqm(x)), "ci95": [lo, hi], "values": values}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="ppo_cartpole", help="a bundled name or YAML file")
+    parser.add_argument("--population", type=int, default=8, help="grid settings = PBT members")
+    parser.add_argument("--repeats", type=int, default=4, help="independent repeats (seeds)")
+    parser.add_argument(
+        "--explore",
+        action="append",
+        metavar="NAME=PRIOR",
+        help="an explored hyperparameter and its prior, repeatable "
+        "(default: learning_rate=loguniform:1e-5,1e-2)",
+    )
+    parser.add_argument("--ready", type=int, default=10, help="PBT: iterations between steps")
+    parser.add_argument("--fraction", type=float, default=0.25, help="PBT: truncation fraction")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parse_with_overrides(parser, argv)
+    explore = {}
+    for item in args.explore or ["learning_rate=loguniform:1e-5,1e-2"]:
+        name, _, text = item.partition("=")
+        explore[name.removeprefix("hp.")] = (text, Prior.parse(text))
+    k = round(args.population ** (1 / len(explore)))
+    if k ** len(explore) != args.population or k < 2:
+        parser.error(f"--population {args.population} is not k ** {len(explore)} with k >= 2")
+    grid = {name: grid_values(prior, k) for name, (_, prior) in explore.items()}
+    pbt = [f"pbt.explore.{n}={text}" for n, (text, _) in explore.items()]
+    pbt += ["pbt.init=prior", f"pbt.ready={args.ready}", f"pbt.fraction={args.fraction}"]
+    sweeps = [w for n, v in grid.items() for w in ("--sweep", f"hp.{n}=" + ",".join(map(str, v)))]
+    base = ["--config", args.config, *args.overrides]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="pbt-vs-grid-") as tmp:
+        for r in range(args.repeats):
+            seed = ["--seed", str(r)]
+            g = train([*base, *seed, "--seeds", "1", *sweeps], Path(tmp) / f"grid{r}")
+            p = train([*base, *seed, "--seeds", str(args.population), *pbt], Path(tmp) / f"pbt{r}")
+            row = {
+                "seed": r,
+                "grid_best": best_point(g),
+                "pbt_best": best_member(p),
+                "grid_env_steps_per_s": speed(g),
+                "pbt_env_steps_per_s": speed(p),
+                "grid_compile_s": g["compile_seconds"],
+                "pbt_compile_s": p["compile_seconds"],
+                "pbt_schedule": p["pbt"]["schedule"],
+            }
+            rows.append(row)
+            print(
+                f"repeat {r}: grid best {row['grid_best']:.2f}, PBT best {row['pbt_best']:.2f}; "
+                f"env steps/s grid {row['grid_env_steps_per_s']:,.0f}, "
+                f"PBT {row['pbt_env_steps_per_s']:,.0f}",
+                flush=True,
+            )
+    cost = [r["grid_env_steps_per_s"] / r["pbt_env_steps_per_s"] for r in rows]
+    figures = {
+        "config": args.config,
+        "overrides": args.overrides,
+        "population": args.population,
+        "grid": grid,
+        "pbt": pbt,
+        "grid_best": aggregate([r["grid_best"] for r in rows]),
+        "pbt_best": aggregate([r["pbt_best"] for r in rows]),
+        "pbt_cost_per_env_step_over_grid": aggregate(cost),
+        "repeats": rows,
+    }
+    publish("pbt_vs_grid", figures, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
