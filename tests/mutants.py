@@ -250,7 +250,8 @@ MUTANTS = [
       ("tests/test_pbt_run.py", "-k", "fitness_of_its_window")),
     M("pbt-window-restarts-every-chunk", "rlax_trpo/pbt.py",
       "        del hp  # each member trains with its own, `state.pbt.hparams`\n",
-      "        c = state.pbt\n        c = c._replace(return_sum=0 * c.return_sum, episodes=0 * c.episodes)\n"
+      "        c = state.pbt\n"
+      "        c = c._replace(return_sum=0 * c.return_sum, episodes=0 * c.episodes)\n"
       "        state = state.replace(pbt=c)\n",
       ("tests/test_pbt_run.py", "-k", "resumed or carried_in_the_state")),
     M("pbt-init-ignores-the-prior", "rlax_trpo/pbt.py",
