@@ -260,7 +260,7 @@ MUTANTS = [
     M("pbt-explores-static-fields-unchecked", "rlax_trpo/config/fields.py",
       "            self.pbt.check_hparams(self.hp)", "            pass",
       ("tests/test_config.py", "-k", "pbt")),
-    M("pbt-lineage-not-followed-back", "rlax_trpo/report/stats.py",
+    M("pbt-lineage-not-followed-back", "rlax_trpo/report/lineage.py",
       "        member = holder[t] = parent[member, t]", "        holder[t] = member",
       ("tests/test_pbt_run.py", "-k", "summary_names")),
     M("pbt-load-policy-loads-member-0", "rlax_trpo/experiment/saved.py",

@@ -111,6 +111,7 @@ def test_the_summary_names_the_best_member_and_load_policy_loads_it(pbt_run):
         assert parent[after, t] == held[t], (t, held)
     assert load_policy(pbt_run).member == pbt["best_member"]
     assert load_policy(pbt_run, member=0).member == 0
+    assert (pbt_run / "pbt.png").stat().st_size > 10_000  # every member and the best agent
 
 
 def test_load_policy_loads_the_member_the_summary_names(pbt_run, tmp_path):

@@ -157,6 +157,12 @@ def plan_run(given: RunPlan) -> RunPlan:
     plan = plan._replace(
         out=out, seeds=plan.seeds or 1, seed=plan.seed or 0, sweep=plan.sweep or sweeplib.NO_SWEEP
     )
+    check_population(plan)
+    return plan
+
+
+def check_population(plan: RunPlan) -> None:
+    """A population JAX can index (int32), and with `pbt:` one of two members or more."""
     if plan.population > INT32_MAX:
         raise ConfigError(
             f"--seeds: {len(plan.settings)} setting(s) x {plan.seeds} seed(s) = "
@@ -167,7 +173,6 @@ def plan_run(given: RunPlan) -> RunPlan:
         raise ConfigError(
             "pbt: a population of 1 member has no other to copy; use --seeds N (N >= 2) or --sweep"
         )
-    return plan
 
 
 def check_new_folder(out: Path) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from rlax_trpo.config.sweep import Sweep, setting_label
-from rlax_trpo.report import stats
+from rlax_trpo.report import lineage, stats
 
 
 def write_metrics_csv(
@@ -134,9 +134,9 @@ def return_summary(
         }
     if sweep.names:
         summary["returns_of"] = "best setting"
-    lineage = stats.pbt_lineage(metrics, finals)
-    if lineage is not None:  # population-based training: the best agent's history
-        summary["pbt"] = lineage
+    pbt = lineage.pbt_lineage(metrics, finals)
+    if pbt is not None:  # population-based training: the best agent's history
+        summary["pbt"] = pbt
     summary["members"] = members
     summary["best"] = (
         None
@@ -196,7 +196,10 @@ def write_run_files(
         curve,
         smooth,
     )
-    for name in ("sweep.png", "learning_curve.png"):
+    if "pbt" in summary:
+        best_member = summary["pbt"]["best_member"]
+        lineage.plot_pbt(folder / ".pbt.tmp.png", metrics, best_member, steps_per_iteration, title)
+    for name in ("sweep.png", "learning_curve.png", "pbt.png"):
         if (folder / f".{name[:-4]}.tmp.png").exists():
             os.replace(folder / f".{name[:-4]}.tmp.png", folder / name)
     write_json(folder / ".summary.json.tmp", summary)

@@ -301,31 +301,3 @@ def diverged_mask(metrics: Mapping[str, np.ndarray], diverged: dict[str, Any] | 
         for v in out.values():
             v[d["member"], d["iteration"] :] = np.nan
     return out
-
-
-def pbt_lineage(metrics: Mapping[str, np.ndarray], finals: np.ndarray) -> dict[str, Any] | None:
-    """A PBT run's best member (highest final return) and the history of the agent it holds:
-    which member trained it at each iteration (`pbt/parent` followed back from the end: at a
-    step, the member that copied trained as its parent before) and the explored values it
-    trained with (`hp/NAME`), each as `[iteration, value]` pairs where it changes. None for a
-    run without PBT."""
-    if "pbt/parent" not in metrics:
-        return None
-    parent = np.asarray(metrics["pbt/parent"]).astype(np.int64)  # [P, T]
-    best = int(np.argmax(np.where(np.isfinite(finals), finals, -np.inf)))
-    holder, member = np.empty(parent.shape[1], np.int64), best
-    for t in reversed(range(parent.shape[1])):
-        member = holder[t] = parent[member, t]
-    names = sorted(k.removeprefix("hp/") for k in metrics if k.startswith("hp/"))
-    columns = np.arange(parent.shape[1])
-    return {
-        "best_member": best,
-        "lineage": _changes(holder.tolist()),
-        "schedule": {n: _changes(metrics[f"hp/{n}"][holder, columns].tolist()) for n in names},
-        "steps": int((parent != np.arange(parent.shape[0])[:, None]).any(axis=0).sum()),
-    }
-
-
-def _changes(values: list) -> list[list]:
-    """`[iteration, value]` at the first iteration and wherever the value changes."""
-    return [[t, v] for t, v in enumerate(values) if t == 0 or v != values[t - 1]]
