@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from test_pbt import _leaves_equal
+from test_resume import _AlreadySignalled
 
 import train
 from rlax_trpo import Config, load_policy, make_trainer
@@ -125,14 +126,6 @@ def test_load_policy_loads_the_member_the_summary_names(pbt_run, tmp_path):
     del summary["pbt"]  # a run without PBT: member 0
     (copy / "summary.json").write_text(json.dumps(summary))
     assert load_policy(copy).member == 0
-
-
-class _AlreadySignalled(driver.StopRequest):
-    """As if SIGTERM had arrived before the first chunk finished."""
-
-    def __enter__(self):
-        self.signum = signal.SIGTERM
-        return self
 
 
 def test_a_killed_and_resumed_pbt_run_writes_the_same_metrics(pbt_run, tmp_path, monkeypatch):
