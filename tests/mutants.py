@@ -226,6 +226,9 @@ MUTANTS = [
     M("pbt-source-ignores-the-key", "rlax_trpo/pbt.py",
       "top[jax.random.randint(k_source, (n,), 0, n)]", "top[jnp.arange(n)]",
       ("tests/test_pbt.py",)),
+    M("restore-into-todays-record", "rlax_trpo/experiment/checkpoint.py",
+      "state_paths.as_saved(saved_tree, abstract)", "abstract",
+      ("tests/test_checkpoint.py", "-k", "version_1_folders_still_resume")),
     # PBT inside a run (tests/test_pbt_run.py, test_devices.py, test_config.py)
     M("pbt-fitness-counts-episodes", "rlax_trpo/pbt.py",
       "jnp.where(healthy, carry.return_sum / jnp.maximum(carry.episodes, 1), jnp.nan)",

@@ -38,6 +38,7 @@ import numpy as np
 import yaml
 
 from rlax_trpo.config.configuration import Config, config_from_dict
+from rlax_trpo.experiment import state_paths
 from rlax_trpo.experiment.record import (  # noqa: F401  (the run record's names are this module's too)
     FORMAT_VERSION,
     META,
@@ -288,8 +289,9 @@ def restore_step(
         with ocp.StandardCheckpointer() as ckptr:
             saved = ckptr.metadata(step / "state")
             saved_tree = getattr(saved, "item_metadata", saved)
-            _check_structure(saved_tree, abstract, step)
-            restored = ckptr.restore(step / "state", abstract)
+            state_paths.check_structure(saved_tree, abstract, step)
+            restored = ckptr.restore(step / "state", state_paths.as_saved(saved_tree, abstract))
+            restored = state_paths.as_target(restored, abstract)
     except CheckpointError:
         raise
     except Exception as err:  # orbax raises many types; report one line
@@ -301,37 +303,6 @@ def restore_step(
     with np.load(step / "metrics.npz") as data:
         metrics = {k: data[k] for k in data.files}
     return _wrap_keys(target, restored), metrics, record
-
-
-def _check_structure(saved: Any, abstract: Any, step: Path) -> None:
-    saved_shapes = _shapes_by_path(saved)
-    wanted = _shapes_by_path(abstract)
-    if set(saved_shapes) != set(wanted):
-        extra = sorted(set(saved_shapes) ^ set(wanted))
-        raise CheckpointError(
-            f"checkpoint {str(step)!r} does not match this run: its state "
-            f"has {len(saved_shapes)} arrays, the run's {len(wanted)} "
-            f"(first difference: {extra[0]})"
-        )
-    for name, shape in wanted.items():
-        if saved_shapes[name] != shape:
-            raise CheckpointError(
-                f"checkpoint {str(step)!r} does not match this run: {name} "
-                f"has shape {saved_shapes[name]}, expected {shape}"
-            )
-
-
-def _shapes_by_path(tree: Any) -> dict[str, tuple[int, ...]]:
-    def name(entry: Any) -> str:
-        for attr in ("key", "name", "idx"):
-            if hasattr(entry, attr):
-                return str(getattr(entry, attr))
-        return str(entry)
-
-    return {
-        ".".join(name(e) for e in path): tuple(getattr(leaf, "shape", ()))
-        for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
-    }
 
 
 # ---------------------------------------------------------------- simple API
