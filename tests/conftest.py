@@ -68,9 +68,12 @@ DEFAULT_CODEGEN = {"xla_backend_optimization_level": 3, "xla_cpu_use_fusion_emit
 
 
 def jit_default_codegen(fun, **kwargs):
+    """`jax.jit(fun)`, compiled with `DEFAULT_CODEGEN` where the backend is the CPU: the
+    options are XLA:CPU's, and another backend's compiler refuses them by name."""
     import jax
 
-    return jax.jit(fun, compiler_options=DEFAULT_CODEGEN, **kwargs)
+    options = DEFAULT_CODEGEN if jax.default_backend() == "cpu" else None
+    return jax.jit(fun, compiler_options=options, **kwargs)
 
 
 # Before any test starts JAX's backend (notebook kernels inherit the environment too).

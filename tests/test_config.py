@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import conftest
 import jax
 import numpy as np
 import pytest
@@ -30,8 +31,18 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 
 
+def _skip_without_its_suite(path: Path) -> None:
+    """Skip a config whose environment suite (an optional extra) is not installed here."""
+    from rlax_trpo.envs.registry import EXTRAS, env_names_by_suite
+
+    prefix = str(read_yaml(path).get("env", "")).partition("/")[0]
+    if prefix in EXTRAS and prefix not in env_names_by_suite():
+        pytest.skip(f"the {prefix} suite is not installed")
+
+
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
 def test_every_config_loads(path):
+    _skip_without_its_suite(path)
     config = load_config(path)
     assert config.num_iterations >= 1
     assert isinstance(config.hp, config.spec.hparams) and isinstance(config.hp, HParams)
@@ -440,6 +451,11 @@ def test_the_python_api_refuses_the_run_arguments_the_command_line_does(tmp_path
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.skipif(
+    conftest.ACCELERATOR,
+    reason="on an accelerator the devices' own memory is checked "
+    "(test_on_a_gpu_the_memory_is_the_devices_own)",
+)
 def test_a_population_the_host_cannot_hold_is_refused_before_anything_is_allocated(
     tmp_path, capsys, monkeypatch
 ):
