@@ -14,9 +14,11 @@ import pytest
 from rlax_trpo import Config
 from rlax_trpo.algorithms.common import (
     BatchLayout,
+    Gathered,
     anneal,
     batch_layout,
     clip_by_global_norm,
+    epochs_of_minibatches,
     flat_optimizer_step,
     flatten_batch,
     optimizer_step,
@@ -59,6 +61,37 @@ def test_feed_forward_minibatches_partition_the_batch(env_major):
     if env_major:  # every minibatch takes the same number of steps of every environment
         for mb in np.asarray(mbs.value):
             assert np.bincount(mb.astype(int), minlength=B).tolist() == [T // 3] * B
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [BatchLayout(False, False, 1), BatchLayout(False, True, B), BatchLayout(True, False, 1)],
+    ids=["samples", "per-env blocks", "sequences"],
+)
+def test_gathered_minibatches_are_the_stacked_ones_in_the_same_order(layout):
+    """`layout.gathered` (indices, each minibatch gathered inside the loop) gives exactly the
+    minibatches of `layout.minibatches` (one shuffled copy of the batch), sample for sample,
+    and `epochs_of_minibatches` runs either to the same result."""
+    batch = layout.learner(_batch(memory=layout.sequences))
+    key = jax.random.key(5)
+    stacked = layout.minibatches(batch, key, 2)
+    gathered = layout.gathered(batch, key, 2)
+    assert isinstance(gathered, Gathered) and gathered.index.shape[0] == 2
+    for m in range(2):
+        jax.tree.map(
+            lambda a, b: np.testing.assert_array_equal(a[m], b),
+            stacked,
+            gathered.take(gathered.index[m]),
+        )
+
+    def step(total, mb):  # order-sensitive: a different minibatch order gives another sum
+        return total * 3.0 + mb.obs.sum(), mb.obs[..., 0]
+
+    runs = [
+        epochs_of_minibatches(step, jnp.float32(0), key, 3, lambda k, f=f: f(batch, k, 2))
+        for f in (layout.minibatches, layout.gathered)
+    ]
+    jax.tree.map(np.testing.assert_array_equal, runs[0], runs[1])
 
 
 def test_memory_batches_stay_whole_sequences():

@@ -128,7 +128,7 @@ def make_ppo(config: Config, networks: Networks) -> Algorithm:
         lr = anneal(config, hp.learning_rate, state.updates)
         opt_state = set_learning_rate(state.opt_state, lr)
         flat = layout.learner(batch)
-        split = lambda k: layout.minibatches(flat, k, config.num_minibatches)
+        split = lambda k: layout.gathered(flat, k, config.num_minibatches)
         (new_params, opt_state), aux = minibatch_descent(
             jax.grad(loss_fn, has_aux=True),
             optimizer,
