@@ -98,6 +98,21 @@ def batched_step(env: Env, num_envs: int, reset_ratio: int = 1) -> Callable[...,
     return lambda key, state, action: step_one(jax.random.split(key, num_envs), state, action)
 
 
+def _write(buffers: Any, values: Any, t: jax.Array) -> Any:
+    """Write `values` (`[B, ...]` leaves) at step `t` of `buffers` (`[T, B, ...]`).
+
+    The observations are written into buffers carried through the rollout's loop rather than
+    stacked as the scan's outputs. The two hold the same values, but under `jax.vmap` (seeds,
+    settings) a scan stacks its outputs time first and the population second, and the
+    learner's first batched matrix product needs the population first: XLA then copies the
+    whole observation batch. A carried buffer keeps the population axis first as written.
+    With Craftax's 8,268-float observations that copy is 2 GiB per seed (docs/performance.md).
+    """
+    return jax.tree.map(
+        lambda buf, x: jax.lax.dynamic_update_index_in_dim(buf, x, t, 0), buffers, values
+    )
+
+
 def fresh_episodes(num_envs: int) -> EpisodeStats:
     """Zeroed running episode return and length for `num_envs` environments."""
     return EpisodeStats(jnp.zeros((num_envs,)), jnp.zeros((num_envs,), jnp.int32))
@@ -125,7 +140,8 @@ def collect(
     step_env = batched_step(env, num_envs, reset_ratio)
     with_memory = carry.memory is not None
 
-    def step(carry, step_key):
+    def step(loop, step_key):
+        carry, t, written = loop
         env_state, obs, episode, memory, first = carry
         k_act, k_env = jax.random.split(step_key)
         if with_memory:  # the memory is reset where `obs` begins an episode
@@ -138,8 +154,11 @@ def collect(
         ep_return = episode.episode_return + res.reward
         ep_length = episode.episode_length + 1
         new_episode = EpisodeStats(jnp.where(done, 0.0, ep_return), jnp.where(done, 0, ep_length))
+        # The observations go into buffers the loop carries (see `_write`), the rest out as
+        # the scan's stacked outputs.
+        written = _write(written, (obs, res.final_obs), t)
         transition = Trajectory(
-            obs, action, log_prob, res.reward, res.terminated, res.truncated, res.final_obs, first
+            None, action, log_prob, res.reward, res.terminated, res.truncated, None, first
         )
         logs = (jnp.where(done, ep_return, 0.0), jnp.where(done, ep_length, 0), done)
         info = None
@@ -147,17 +166,15 @@ def collect(
             info = {k: jnp.where(done, v, 0.0).sum() for k, v in res.info.items()}
         next_first = done if with_memory else None
         kept = env_state if keep_states else None
-        return EnvCarry(res.state, res.obs, new_episode, memory, next_first), (
-            transition,
-            logs,
-            kept,
-            info,
-        )
+        next_carry = EnvCarry(res.state, res.obs, new_episode, memory, next_first)
+        return (next_carry, t + 1, written), (transition, logs, kept, info)
 
     start = EnvCarry(*carry)
-    end, (traj, (ret, length, done), states, info) = jax.lax.scan(
-        step, start, jax.random.split(key, num_steps)
+    buffers = jax.tree.map(lambda x: jnp.zeros((num_steps,) + x.shape, x.dtype), start.obs)
+    (end, _, (obs, final_obs)), (traj, (ret, length, done), states, info) = jax.lax.scan(
+        step, (start, jnp.int32(0), (buffers, buffers)), jax.random.split(key, num_steps)
     )
+    traj = traj._replace(obs=obs, final_obs=final_obs)
     info = None if info is None else {k: v.sum() for k, v in info.items()}
     # With memory the trajectory also holds the memory it started from, to be re-run.
     return RolloutResult(traj._replace(memory=start.memory), end, ret, length, done, states, info)
