@@ -3,10 +3,11 @@
 
 Compiles (never runs) `run` of a bundled config's program for one iteration, vmapped over
 `--seeds` members as `rlax_trpo.run` vmaps them, and prints `compiled.memory_analysis()`:
-arguments (the population's state), outputs, and the temporaries XLA's buffer assignment
-allocates, beside the state's largest leaves. With `--largest N` also the N largest
-temporary values (XLA's buffer-assignment dump, read back from a scratch folder), which say
-where the memory goes.
+arguments (the population's state), outputs, the bytes they share (the run donates its
+input state, as the library's chunks do), the temporaries XLA's buffer assignment
+allocates and the total the program holds, beside the state's largest leaves. With
+`--largest N` also the N largest temporary values (XLA's buffer-assignment dump, read back
+from a scratch folder), which say where the memory goes.
 
     python benchmarks/memory_analysis.py trpo_memory_craftax --seeds 4 \
         --json benchmarks/results/memory_analysis_trpo_memory_craftax_2core.json
@@ -82,7 +83,8 @@ def main() -> int:
     hps = jax.tree.map(lambda x: jnp.broadcast_to(x, (args.seeds, *jnp.shape(x))), program.hparams)
     state = jax.eval_shape(jax.vmap(program.init), keys, hps)
     t0 = time.perf_counter()
-    run = jax.jit(jax.vmap(program.run, in_axes=(0, 0, None)), static_argnums=2)
+    # As the library compiles a run's chunks: the state a chunk reads is donated.
+    run = jax.jit(jax.vmap(program.run, in_axes=(0, 0, None)), static_argnums=2, donate_argnums=0)
     memory = run.lower(state, hps, 1).compile().memory_analysis()
     leaves = jax.tree_util.tree_leaves_with_path(state)
     biggest = sorted(leaves, key=lambda kv: -kv[1].size * kv[1].dtype.itemsize)[:5]
@@ -94,7 +96,15 @@ def main() -> int:
         "compile_seconds": round(time.perf_counter() - t0, 1),
         "argument_gib": memory.argument_size_in_bytes / GIB,
         "output_gib": memory.output_size_in_bytes / GIB,
+        "alias_gib": memory.alias_size_in_bytes / GIB,
         "temp_gib": memory.temp_size_in_bytes / GIB,
+        "total_gib": (
+            memory.argument_size_in_bytes
+            + memory.output_size_in_bytes
+            - memory.alias_size_in_bytes
+            + memory.temp_size_in_bytes
+        )
+        / GIB,
         "temp_gib_per_seed": memory.temp_size_in_bytes / GIB / args.seeds,
         "largest_state_leaves_gib": [
             (jax.tree_util.keystr(k), v.size * v.dtype.itemsize / GIB) for k, v in biggest

@@ -105,10 +105,14 @@ def compile_run(setup: Setup, start: Start) -> Compiled:
         init_fn = jax.jit(population_initializer(program), out_shardings=placement.state)
         init = init_fn.lower(placement.init_keys, placement.hparams).compile()
     population_run = program.population_run or jax.vmap(program.run, in_axes=(0, 0, None))
+    # The state a chunk reads is donated: each chunk's state is the last one's output, saved
+    # (synchronously) before the next chunk takes it, and never read again, so its buffers
+    # hold the new state instead of a second copy of it on the device.
     run_fn = jax.jit(
         population_run,
         static_argnums=2,
         out_shardings=(placement.state, placement.population),
+        donate_argnums=0,
     )
     chunks = {
         k: run_fn.lower(placement.placed, placement.hparams, k).compile() for k in set(lengths)
