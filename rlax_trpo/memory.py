@@ -225,27 +225,6 @@ def make_recurrent(net: MemoryNet, obs_shape: tuple[int, ...]) -> Recurrent:
     return parts._replace(sequence=sequence)
 
 
-def split_environments(batch: Any, memory0: Any, key: jax.Array, num_minibatches: int):
-    """Minibatches of whole environment sequences: the environments of a time-major batch
-    (`[T, B, ...]` leaves) and of its start memory (`[B, ...]`) shuffled together and split
-    into `[M, T, B / M, ...]` and `[M, B / M, ...]`. Time order is never cut."""
-    from rlax_trpo import shuffle
-
-    num_envs = jax.tree.leaves(batch)[0].shape[1]
-    perm = shuffle.permutation(key, num_envs)
-    per = num_envs // num_minibatches
-
-    def steps(x):
-        x = jnp.take(x, perm, axis=1)
-        x = x.reshape((x.shape[0], num_minibatches, per) + x.shape[2:])
-        return jnp.moveaxis(x, 1, 0)
-
-    def starts(x):
-        return jnp.take(x, perm, axis=0).reshape((num_minibatches, per) + x.shape[1:])
-
-    return jax.tree.map(steps, batch), jax.tree.map(starts, memory0)
-
-
 def every_kth_environment(batch: Any, memory0: Any, fraction: float) -> tuple[Any, Any]:
     """Every k-th environment's whole sequence, k = round(1 / fraction) (the Fisher-vector
     product's subsample for memory policies: time order must stay whole)."""

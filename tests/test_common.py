@@ -11,7 +11,7 @@ import numpy as np
 import optax
 import pytest
 
-from rlax_trpo import Config
+from rlax_trpo import Config, shuffle
 from rlax_trpo.algorithms.common import (
     BatchLayout,
     Gathered,
@@ -63,26 +63,46 @@ def test_feed_forward_minibatches_partition_the_batch(env_major):
             assert np.bincount(mb.astype(int), minlength=B).tolist() == [T // 3] * B
 
 
+def _spelled_out(layout: BatchLayout, batch: Batch, key: jax.Array, m: int) -> list:
+    """The minibatches written out with numpy from the same permutations: samples
+    `perm[j * q:(j + 1) * q]`; with blocks, those of every block in block order; with
+    sequences, whole environments with their start memory."""
+    take = lambda tree, idx, axis: jax.tree.map(lambda x: np.take(np.asarray(x), idx, axis), tree)
+    if layout.sequences:
+        perm = np.asarray(shuffle.permutation(key, B)).reshape(m, -1)
+        steps = batch._replace(memory=None)
+        return [take(steps, i, 1)._replace(memory=take(batch.memory, i, 0)) for i in perm]
+    n = T * B
+    if layout.groups == 1:
+        return [take(batch, i, 0) for i in np.asarray(shuffle.permutation(key, n)).reshape(m, -1)]
+    per = n // layout.groups
+    keys = jax.random.split(key, layout.groups)
+    perms = np.stack([np.asarray(shuffle.permutation(k, per)) for k in keys])
+    q = per // m
+    return [
+        take(batch, np.concatenate([g * per + perms[g, j * q : (j + 1) * q] for g in range(B)]), 0)
+        for j in range(m)
+    ]
+
+
 @pytest.mark.parametrize(
     "layout",
     [BatchLayout(False, False, 1), BatchLayout(False, True, B), BatchLayout(True, False, 1)],
     ids=["samples", "per-env blocks", "sequences"],
 )
-def test_gathered_minibatches_are_the_stacked_ones_in_the_same_order(layout):
-    """`layout.gathered` (indices, each minibatch gathered inside the loop) gives exactly the
-    minibatches of `layout.minibatches` (one shuffled copy of the batch), sample for sample,
-    and `epochs_of_minibatches` runs either to the same result."""
+def test_minibatches_stacked_and_gathered_are_the_shuffle_spelled_out(layout):
+    """`layout.gathered` (indices, each minibatch gathered inside the loop) and
+    `layout.minibatches` (stacked) give the minibatches written out with numpy from the
+    same permutations, sample for sample, and `epochs_of_minibatches` runs either to the
+    same result."""
     batch = layout.learner(_batch(memory=layout.sequences))
     key = jax.random.key(5)
     stacked = layout.minibatches(batch, key, 2)
     gathered = layout.gathered(batch, key, 2)
     assert isinstance(gathered, Gathered) and gathered.index.shape[0] == 2
-    for m in range(2):
-        jax.tree.map(
-            lambda a, b: np.testing.assert_array_equal(a[m], b),
-            stacked,
-            gathered.take(gathered.index[m]),
-        )
+    for m, expected in enumerate(_spelled_out(layout, batch, key, 2)):
+        jax.tree.map(np.testing.assert_array_equal, gathered.take(gathered.index[m]), expected)
+        jax.tree.map(lambda a, b, m=m: np.testing.assert_array_equal(a[m], b), stacked, expected)
 
     def step(total, mb):  # order-sensitive: a different minibatch order gives another sum
         return total * 3.0 + mb.obs.sum(), mb.obs[..., 0]

@@ -17,12 +17,13 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from rlax_trpo import advantages as adv_lib
-from rlax_trpo import losses, shuffle
+from rlax_trpo import losses
 from rlax_trpo.config.configuration import Config
 from rlax_trpo.config.fields import HParams
 from rlax_trpo.errors import ConfigError
-from rlax_trpo.memory import every_kth_environment, split_environments
+from rlax_trpo.memory import every_kth_environment
 from rlax_trpo.networks import Networks, value_on, values_and_bootstrap
+from rlax_trpo.shuffle import Gathered, gathered_minibatches, gathered_sequences
 from rlax_trpo.types import Batch, Params, Trajectory
 
 # ---------------------------------------------------------------- optimiser
@@ -111,91 +112,19 @@ def flatten_batch(batch: Any, env_major: bool = False) -> Any:
 
 def minibatches(batch: Any, key: jax.Array, num_minibatches: int, groups: int = 1) -> Any:
     """Shuffle a batch along its leading axis `[N, ...]` and split every leaf into
-    `[num_minibatches, N / num_minibatches, ...]`.
-
-    With `groups > 1` the batch is `groups` equal contiguous blocks (one per environment of
-    an env-major batch); each block is shuffled on its own and every minibatch takes the same
-    number of samples from every block. No sample moves between blocks, so a batch split over
-    devices along its blocks is shuffled without communication.
-    """
-    n = jax.tree.leaves(batch)[0].shape[0]
-    if groups == 1:
-        perm = shuffle.permutation(key, n)
-        return jax.tree.map(
-            lambda x: jnp.take(x, perm, axis=0).reshape((num_minibatches, -1) + x.shape[1:]),
-            batch,
-        )
-    per = n // groups
-    perms = jax.vmap(lambda k: shuffle.permutation(k, per))(jax.random.split(key, groups))
-
-    def split(x):
-        x = x.reshape((groups, per) + x.shape[1:])
-        idx = perms.reshape(perms.shape + (1,) * (x.ndim - 2))
-        x = jnp.take_along_axis(x, idx, axis=1)
-        x = x.reshape((groups, num_minibatches, per // num_minibatches) + x.shape[2:])
-        return jnp.swapaxes(x, 0, 1).reshape((num_minibatches, -1) + x.shape[3:])
-
-    return jax.tree.map(split, batch)
-
-
-class Gathered(NamedTuple):
-    """An epoch's minibatches as indices into a batch that stays in its one layout:
-    `index` holds every minibatch's indices stacked on a leading axis `[M, ...]`, and
-    `take(index[m])` gathers the m-th minibatch. `epochs_of_minibatches` gathers each one
-    inside its minibatch loop, so no shuffled copy of the whole batch is ever held (with
-    Craftax's 8,268-float observations, that copy is 2 GiB per seed and iteration)."""
-
-    index: Any
-    take: Callable[[Any], Any]
-
-
-def gathered_minibatches(
-    batch: Any, key: jax.Array, num_minibatches: int, groups: int = 1
-) -> Gathered:
-    """The minibatches of `minibatches(batch, key, num_minibatches, groups)`, the same
-    samples in the same order, as a `Gathered`. With `groups > 1` each minibatch is
-    gathered block by block (`take_along_axis` within each block), so a batch split over
-    devices along its blocks is still read without communication."""
-    n = jax.tree.leaves(batch)[0].shape[0]
-    if groups == 1:
-        perm = shuffle.permutation(key, n).reshape(num_minibatches, -1)
-        return Gathered(perm, lambda idx: jax.tree.map(lambda x: jnp.take(x, idx, axis=0), batch))
-    per = n // groups
-    perms = jax.vmap(lambda k: shuffle.permutation(k, per))(jax.random.split(key, groups))
-    index = jnp.swapaxes(perms.reshape(groups, num_minibatches, -1), 0, 1)  # [M, groups, q]
-
-    def take(idx: jax.Array) -> Any:
-        def leaf(x):
-            x = x.reshape((groups, per) + x.shape[1:])
-            i = idx.reshape(idx.shape + (1,) * (x.ndim - 2))
-            return jnp.take_along_axis(x, i, axis=1).reshape((-1,) + x.shape[2:])
-
-        return jax.tree.map(leaf, batch)
-
-    return Gathered(index, take)
-
-
-def gathered_sequences(batch: Any, key: jax.Array, num_minibatches: int) -> Gathered:
-    """The minibatches of `sequence_minibatches(batch, key, num_minibatches)` (whole
-    environment sequences with their start memory) as a `Gathered`."""
-    steps, memory0 = batch._replace(memory=None), batch.memory
-    num_envs = jax.tree.leaves(steps)[0].shape[1]
-    perm = shuffle.permutation(key, num_envs).reshape(num_minibatches, -1)
-
-    def take(idx: jax.Array) -> Any:
-        seqs = jax.tree.map(lambda x: jnp.take(x, idx, axis=1), steps)
-        return seqs._replace(memory=jax.tree.map(lambda x: jnp.take(x, idx, axis=0), memory0))
-
-    return Gathered(perm, take)
+    `[num_minibatches, N / num_minibatches, ...]`: every minibatch of
+    `shuffle.gathered_minibatches` (which says how `groups > 1` shuffles each block on its
+    own, so a batch split over devices along its blocks is shuffled without communication),
+    stacked."""
+    mbs = gathered_minibatches(batch, key, num_minibatches, groups)
+    return jax.vmap(mbs.take)(mbs.index)
 
 
 def sequence_minibatches(batch: Any, key: jax.Array, num_minibatches: int) -> Any:
     """A memory batch (`[T, B, ...]` steps, `memory` `[B, ...]`) as minibatches of whole
     environment sequences: every leaf `[M, T, B / M, ...]`, `memory` `[M, B / M, ...]`."""
-    steps, starts = split_environments(
-        batch._replace(memory=None), batch.memory, key, num_minibatches
-    )
-    return steps._replace(memory=starts)
+    mbs = gathered_sequences(batch, key, num_minibatches)
+    return jax.vmap(mbs.take)(mbs.index)
 
 
 def every_kth(fraction: float) -> int:
