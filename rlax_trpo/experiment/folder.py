@@ -215,8 +215,10 @@ def holds_plan(folder: Folder) -> bool:
 def describe_kept(folder: Folder) -> str:
     """What a run stopped now leaves in its folder (one clause)."""
     where = f"the run folder {str(folder.out)!r}"
-    if holds_results(folder):
-        return f"{where} keeps its last checkpoint (--resume {folder.out} continues it)"
+    steps = checkpoint.saved_steps(folder.out / "checkpoint")
+    if steps:
+        last = steps[0].name
+        return f"{where} keeps its last checkpoint {last} (--resume {folder.out} continues it)"
     return f"{where} has no checkpoint yet (--resume starts the run over)"
 
 

@@ -174,6 +174,12 @@ def _kept(folder: Path | None) -> str:
     """What process 0's run folder holds (as seen from this host)."""
     if folder is None:
         return "process 0's run folder keeps its last checkpoint, if one was saved"
+    steps = run_record.saved_steps(folder / "checkpoint")
+    if steps:
+        return (
+            f"the run folder {str(folder)!r} keeps its last checkpoint {steps[0].name} "
+            "(--resume continues it)"
+        )
     if run_record.has_step(folder / "checkpoint"):
         return f"the run folder {str(folder)!r} keeps its last checkpoint (--resume continues it)"
     if run_record.has_plan(folder / "checkpoint"):
