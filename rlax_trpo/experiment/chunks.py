@@ -12,10 +12,9 @@ import jax
 import numpy as np
 
 from rlax_trpo.experiment import checkpoint, loggers, parallel
-from rlax_trpo.experiment.plan import Setup
+from rlax_trpo.experiment.plan import Setup, population_initializer
 from rlax_trpo.experiment.progress import ProgressBar, StopRequest
 from rlax_trpo.report import stats
-from rlax_trpo.types import Program
 
 
 class Start(NamedTuple):
@@ -50,16 +49,6 @@ class Trained(NamedTuple):
     wall_seconds: float
     signal: int | None
     unsaved: Exception | None = None
-
-
-def population_initializer(program: Program):
-    """`init_population(key_data [population, ...], hp [population]) -> state`: `init`
-    vmapped (the compiled program keeps that name)."""
-
-    def init_population(key_data, hp):
-        return jax.vmap(program.init)(jax.random.wrap_key_data(key_data), hp)
-
-    return init_population
 
 
 def restore(setup: Setup, bar: ProgressBar) -> Start:

@@ -37,7 +37,7 @@ import numpy as np
 from rlax_trpo.config import sweep as sweeplib
 from rlax_trpo.errors import ConfigError, describe_failure
 from rlax_trpo.experiment import parallel, runlog
-from rlax_trpo.experiment.chunks import compile_run, population_initializer, restore, train
+from rlax_trpo.experiment.chunks import compile_run, restore, train
 from rlax_trpo.experiment.compile_cache import setup_compile_cache
 from rlax_trpo.experiment.folder import (
     close_writers,
@@ -51,7 +51,14 @@ from rlax_trpo.experiment.folder import (
     release_folder,
     summarize,
 )
-from rlax_trpo.experiment.plan import Placement, RunPlan, Setup, check_memory, plan_run
+from rlax_trpo.experiment.plan import (
+    Placement,
+    RunPlan,
+    Setup,
+    check_memory,
+    plan_run,
+    population_initializer,
+)
 from rlax_trpo.experiment.program import make_program
 from rlax_trpo.experiment.progress import ProgressBar, StopRequest
 from rlax_trpo.platform import setup_cpu_for_run
@@ -139,8 +146,8 @@ def _drive(plan: RunPlan, stop: StopRequest) -> RunResult:
     bar = ProgressBar(0, 0, plan.progress and owner, plan.population)
     program = build(plan, bar)
     plan = plan._replace(num_iterations=program.num_iterations)
-    check_memory(plan, program)  # before anything is allocated
-    placement = place(plan, program)
+    placement = place(plan, program)  # the keys and settings on the devices, nothing else
+    check_memory(plan, program, placement.abstract)  # before the state is allocated
     stop.begin()  # a signal stopped the run at once so far; now after its checkpoint
     setup = Setup(plan, program, placement, folder=make_folder(plan, program, owner))
     if owner:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import weakref
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -194,17 +195,19 @@ def check_new_folder(out: Path) -> None:
     raise ConfigError(f"--out: {str(out)!r} exists and is not an empty directory")
 
 
-def check_memory(plan: RunPlan, program: Program) -> None:
+def check_memory(plan: RunPlan, program: Program, abstract: Any = None) -> None:
     """Refuse, in one line, a population that cannot fit: its state (the shapes of the
     vmapped `program.init`, traced without allocating anything) and one rollout (every
     step's observations, before and after the step, and four scalars) already exceed the
     memory of the devices it would run on (CPU: the host's available memory; otherwise the
     devices' own, `memory_stats`). Compiled programs need more than this, so only what
-    cannot fit is refused; a device that reports nothing is not checked."""
+    cannot fit is refused; a device that reports nothing is not checked. `abstract`: those
+    shapes where the caller has them (the run's placement: one trace of `init` for both)."""
     num_devices = parallel.choose_num_devices(
         plan.devices, plan.population, program.num_envs, plan.shard
     )
-    abstract = _population_state(plan, program)
+    if abstract is None:
+        abstract = _population_state(plan, program)
     state, obs = _tree_bytes(abstract), getattr(abstract, "obs", None)
     steps = getattr(plan.config, "num_steps", 0)
     per_step = 2 * _tree_bytes(obs) + 10 * plan.population * (program.num_envs or 0)
@@ -230,10 +233,24 @@ def _population_state(plan: RunPlan, program: Program) -> Any:
         lambda _: jax.ShapeDtypeStruct((plan.population,), np.float32), program.hparams
     )
 
-    def init_population(keys: Any, hp: Any) -> Any:
-        return jax.vmap(program.init)(jax.random.wrap_key_data(keys), hp)
+    return jax.eval_shape(population_initializer(program), key_data, hparams)
 
-    return jax.eval_shape(init_population, key_data, hparams)
+
+_INITIALIZERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def population_initializer(program: Program):
+    """`init_population(key_data [population, ...], hp [population]) -> state`: `init`
+    vmapped (the compiled program keeps that name). One function per `program.init`, so that
+    jax traces it once for the memory check, the state's shardings and the compilation."""
+    found = _INITIALIZERS.get(program.init)
+    if found is None:
+
+        def init_population(key_data, hp):
+            return jax.vmap(program.init)(jax.random.wrap_key_data(key_data), hp)
+
+        found = _INITIALIZERS[program.init] = init_population
+    return found
 
 
 def _tree_bytes(tree: Any) -> int:
