@@ -1,23 +1,13 @@
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 # Tests import helpers (probe environments) from this folder.
 sys.path.insert(0, str(Path(__file__).parent))
-os.environ.setdefault("RLAX_TRPO_SMALL", "1")
+# The suite's compilation cache and small budgets (tests/suite_env.py), before JAX starts.
+from suite_env import set_defaults  # noqa: E402
 
-# One persistent XLA compilation cache for the whole test run: the xdist workers, the train.py
-# processes the tests start, notebook kernels and tests/mutants.py's copies all inherit this
-# environment, so a program that several tests compile (the same config, env and shapes) is
-# compiled once and then read back (tests/test_trpo.py alone: 98 s cold, 34 s warm). The key is
-# the program itself (HLO without source locations), compile options, XLA flags and the jax
-# version, so changed code, a mutant included, never reads another program's executable.
-# Set JAX_COMPILATION_CACHE_DIR yourself to choose the folder, or to "" to turn it off.
-_CACHE = Path(tempfile.gettempdir()) / f"rlax-trpo-tests-jax-cache-{os.getuid()}"
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(_CACHE))
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+set_defaults()
 
 from rlax_trpo.platform import FAST_COMPILE_XLA_FLAGS  # noqa: E402 (imports no jax)
 
