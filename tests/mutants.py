@@ -645,6 +645,11 @@ MUTANTS = [
     M("benchmark-option-values-taken-for-overrides", "benchmarks/_publish.py",
       "after_option = i > 0 and words[i - 1] in takes_value", "after_option = False",
       ("tests/test_benchmarks.py", "-k", "overrides_are_read_anywhere")),
+    M("memory-checked-after-placement", "rlax_trpo/experiment/driver.py",
+      "    check_memory(plan, program)  # before anything is allocated\n"
+      "    placement = place(plan, program)\n",
+      "    placement = place(plan, program)\n    check_memory(plan, program)\n",
+      ("tests/test_config.py", "-k", "cannot_hold")),
     M("gpu-suite-tests-quiet", "benchmarks/gpu_suite.py",
       'base = [PY, "-m", "pytest", "-v",', 'base = [PY, "-m", "pytest", "-q",',
       ("tests/test_gpu_suite.py", "-k", "cut_before_its_report")),

@@ -461,9 +461,14 @@ def test_a_population_the_host_cannot_hold_is_refused_before_anything_is_allocat
 ):
     """The state and one rollout of the population against the host's available memory
     (here 1 kB): one line with the estimate, exit 2, nothing written."""
+    from rlax_trpo.experiment import parallel
+
     monkeypatch.setattr(plan, "host_memory_available", lambda: 1000)
+    placed = []  # nothing is put on a device before the check (keys, settings: 100M seeds' GBs)
+    monkeypatch.setattr(parallel, "put", lambda *args: placed.append(args) or args[0])
     out = tmp_path / "run"
     assert train.main(["--seeds", "2", SMALL, "--out", str(out), "--no-progress"]) == 2
+    assert placed == []
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith("error: --seeds: 1 setting(s) x 2 seed(s) = 2"), err
     assert "more than the 1.0 kB available on this host" in err, err

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from rlax_trpo.experiment import checkpoint, loggers, parallel
-from rlax_trpo.experiment.plan import Setup, population_initializer
+from rlax_trpo.experiment.plan import Setup, population_initializer, unplaced
 from rlax_trpo.experiment.progress import ProgressBar, StopRequest
 from rlax_trpo.report import stats
 
@@ -91,8 +91,13 @@ def compile_run(setup: Setup, start: Start) -> Compiled:
     lengths = _chunk_lengths(start.iteration, plan.total, plan.chunk, *every)
     init = None
     if start.state is None:
-        init_fn = jax.jit(population_initializer(program), out_shardings=placement.state)
-        init = init_fn.lower(placement.init_keys, placement.hparams).compile()
+        init_fn = jax.jit(
+            population_initializer(program),
+            in_shardings=placement.population,
+            out_shardings=placement.state,
+        )
+        inputs = unplaced((placement.init_keys, placement.hparams))  # the memory check's trace
+        init = init_fn.lower(*inputs).compile()
     population_run = program.population_run or jax.vmap(program.run, in_axes=(0, 0, None))
     # The state a chunk reads is donated: each chunk's state is the last one's output, saved
     # (synchronously) before the next chunk takes it, and never read again, so its buffers

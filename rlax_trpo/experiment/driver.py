@@ -58,6 +58,7 @@ from rlax_trpo.experiment.plan import (
     check_memory,
     plan_run,
     population_initializer,
+    unplaced,
 )
 from rlax_trpo.experiment.program import make_program
 from rlax_trpo.experiment.progress import ProgressBar, StopRequest
@@ -146,8 +147,8 @@ def _drive(plan: RunPlan, stop: StopRequest) -> RunResult:
     bar = ProgressBar(0, 0, plan.progress and owner, plan.population)
     program = build(plan, bar)
     plan = plan._replace(num_iterations=program.num_iterations)
-    placement = place(plan, program)  # the keys and settings on the devices, nothing else
-    check_memory(plan, program, placement.abstract)  # before the state is allocated
+    check_memory(plan, program)  # before anything is allocated
+    placement = place(plan, program)
     stop.begin()  # a signal stopped the run at once so far; now after its checkpoint
     setup = Setup(plan, program, placement, folder=make_folder(plan, program, owner))
     if owner:
@@ -217,11 +218,12 @@ def place(plan: RunPlan, program: Program) -> Placement:
     hparams = sweeplib.population_hparams(
         program.hparams, plan.sweep, plan.seeds, program.hparam_names
     )
-    hparams = parallel.put(hparams, population)
     settings = len(plan.settings)
     init_keys = sweeplib.population_key_data(plan.seed, plan.seeds, settings)
+    # Shapes without placement: the trace jax caches for the memory check and the compilation.
+    abstract = jax.eval_shape(population_initializer(program), *unplaced((init_keys, hparams)))
+    hparams = parallel.put(hparams, population)
     init_keys = parallel.put(init_keys, population)
-    abstract = jax.eval_shape(population_initializer(program), init_keys, hparams)
     shardings = parallel.state_shardings(abstract, mesh)
     placed = jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings

@@ -195,19 +195,17 @@ def check_new_folder(out: Path) -> None:
     raise ConfigError(f"--out: {str(out)!r} exists and is not an empty directory")
 
 
-def check_memory(plan: RunPlan, program: Program, abstract: Any = None) -> None:
+def check_memory(plan: RunPlan, program: Program) -> None:
     """Refuse, in one line, a population that cannot fit: its state (the shapes of the
     vmapped `program.init`, traced without allocating anything) and one rollout (every
     step's observations, before and after the step, and four scalars) already exceed the
     memory of the devices it would run on (CPU: the host's available memory; otherwise the
     devices' own, `memory_stats`). Compiled programs need more than this, so only what
-    cannot fit is refused; a device that reports nothing is not checked. `abstract`: those
-    shapes where the caller has them (the run's placement: one trace of `init` for both)."""
+    cannot fit is refused; a device that reports nothing is not checked."""
     num_devices = parallel.choose_num_devices(
         plan.devices, plan.population, program.num_envs, plan.shard
     )
-    if abstract is None:
-        abstract = _population_state(plan, program)
+    abstract = _population_state(plan, program)
     state, obs = _tree_bytes(abstract), getattr(abstract, "obs", None)
     steps = getattr(plan.config, "num_steps", 0)
     per_step = 2 * _tree_bytes(obs) + 10 * plan.population * (program.num_envs or 0)
@@ -234,6 +232,13 @@ def _population_state(plan: RunPlan, program: Program) -> Any:
     )
 
     return jax.eval_shape(population_initializer(program), key_data, hparams)
+
+
+def unplaced(tree: Any) -> Any:
+    """Shapes and dtypes of `tree`'s arrays without their placement: what the run's `init` is
+    traced with (once, cached by jax) for the memory check, the placement and compilation."""
+    dtype = lambda x: x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), dtype(x)), tree)
 
 
 _INITIALIZERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
