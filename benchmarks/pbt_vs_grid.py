@@ -16,7 +16,13 @@ figures, per repeat and as the IQM over repeats with a 95% bootstrap interval
     python benchmarks/pbt_vs_grid.py --config ppo_minatar env=Breakout-MinAtar \\
         total_env_steps=2000000 --population 8 --repeats 4 \\
         --explore learning_rate=loguniform:1e-4,1e-2 --ready 20 \\
-        --json benchmarks/results/pbt_vs_grid_breakout_2core.json
+        --json benchmarks/results/pbt_vs_grid_breakout_2core.json --plot docs/pbt/breakout.png
+    python benchmarks/pbt_vs_grid.py --replot benchmarks/results/pbt_vs_grid_breakout_2core.json \
+        --plot docs/pbt/breakout.png          # the figure again from published figures
+
+`--plot` draws, per repeat, the grid's best point beside PBT's best member (with each one's
+IQM and 95% interval over the repeats), and the schedule of every explored value that PBT's
+best agent trained with, over the grid's points.
 
 Published: docs/pbt.md.
 """
@@ -81,6 +87,45 @@ def aggregate(values: list[float], seed: int = 0) -> dict:
     return {"iqm": float(stats.iqm(x)), "ci95": [lo, hi], "values": values}
 
 
+def plot(figures: dict, path: Path) -> None:
+    """The figure of `figures` (this script's JSON) at `path`: best returns, then schedules."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows, names = figures["repeats"], list(figures["grid"])
+    fig, axes = plt.subplots(1, 1 + len(names), figsize=(4.2 * (1 + len(names)), 3.4))
+    ax = axes[0]
+    x = np.arange(len(rows))
+    for i, (key, label, color) in enumerate(
+        [("grid_best", "grid's best point", "tab:grey"), ("pbt_best", "PBT's best member", "C0")]
+    ):
+        ax.scatter(x + (i - 0.5) * 0.15, [r[key] for r in rows], color=color, label=label)
+        agg = figures[key]
+        ax.axhline(agg["iqm"], color=color, lw=1)
+        ax.axhspan(*agg["ci95"], color=color, alpha=0.15, lw=0)
+    ax.set(xticks=x, xlabel="repeat (seed)", ylabel="final return (best of the population)")
+    ax.set_title(f"{len(figures['grid'][names[0]]) ** len(names)} agents each; IQM, 95% CI")
+    ax.legend(fontsize=8)
+    for ax, name in zip(axes[1:], names, strict=True):
+        for value in figures["grid"][name]:
+            ax.axhline(value, color="tab:grey", lw=0.6, ls=":")
+        for r in rows:
+            steps = r["pbt_schedule"][name]
+            its, values = [s[0] for s in steps], [s[1] for s in steps]
+            ax.step(its, values, where="post", lw=1.2, label=f"repeat {r['seed']}")
+        values = [v for r in rows for _, v in r["pbt_schedule"][name]] + figures["grid"][name]
+        if max(values) > 10 * min(values) > 0:
+            ax.set_yscale("log")
+        ax.set(xlabel="iteration", ylabel=name, title=f"PBT's best agent's {name} (dotted: grid)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="ppo_cartpole", help="a bundled name or YAML file")
@@ -96,7 +141,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready", type=int, default=10, help="PBT: iterations between steps")
     parser.add_argument("--fraction", type=float, default=0.25, help="PBT: truncation fraction")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--plot", type=Path, help="draw the figure here (PNG)")
+    parser.add_argument("--replot", type=Path, help="no training: draw --plot from this JSON")
     args = parse_with_overrides(parser, argv)
+    if args.replot is not None:
+        if args.plot is None:
+            parser.error("--replot needs --plot (where to draw)")
+        plot(json.loads(args.replot.read_text()), args.plot)
+        return 0
     explore = {}
     for item in args.explore or ["learning_rate=loguniform:1e-5,1e-2"]:
         name, _, text = item.partition("=")
@@ -145,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         "repeats": rows,
     }
     publish("pbt_vs_grid", figures, args.json)
+    if args.plot is not None:
+        plot(figures, args.plot)
     return 0
 
 

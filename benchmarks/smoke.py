@@ -71,7 +71,7 @@ SMOKE = {
     ),
     "pbt_vs_grid.py": (
         [PY, "benchmarks/pbt_vs_grid.py", "--population", "2", "--repeats", "1", "--ready", "2",
-         *TINY_RUN],
+         "--json", "{out}/pbt.json", "--plot", "{out}/pbt.png", *TINY_RUN],
         (),
     ),
     "memory_vs_purejaxrl.py": (

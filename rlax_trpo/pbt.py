@@ -5,8 +5,8 @@ A population is any pytree whose leaves share a leading member axis: the trainin
 a run's members, as `jax.vmap` builds them, and their hyperparameters (`HParams`, one float
 per member and field). One step, given each member's fitness:
 
-- **rank**: members are ordered by fitness; a member whose fitness is NaN (diverged, or no
-  episode finished) ranks below every finite one;
+- **rank**: members are ordered by fitness; a member whose fitness is NaN (diverged, or not
+  yet measured) ranks below every finite one;
 - **exploit**: each of the `n = floor(fraction * P)` lowest-ranked members (at least one)
   copies the whole state and the hyperparameters of a member drawn uniformly from the `n`
   highest-ranked: every leaf, bit for bit (a gather along the member axis);
@@ -23,9 +23,11 @@ arithmetic; no reduction).
 
 `population_run` puts the step inside a run: the population's iterations in one `lax.scan`,
 every `ready` iterations a step ranked by the mean return of the episodes each member
-finished since the last one. Its bookkeeping (`Carry`: each member's hyperparameters, its
-fitness window and the step's key) lives in the training state, so a checkpoint holds it
-and a resumed run takes the same steps.
+finished since the last one; a member that finished none keeps the fitness it was last
+ranked on (an agent whose episodes outlast a window is not taken for a failed one). Its
+bookkeeping (`Carry`: each member's hyperparameters, its fitness window, its last fitness
+and the step's key) lives in the training state, so a checkpoint holds it and a resumed run
+takes the same steps.
 """
 
 from __future__ import annotations
@@ -165,6 +167,7 @@ class Carry(NamedTuple):
     return_sum: jax.Array  # returns of the episodes it finished since the last step
     episodes: jax.Array  # and their number
     key: jax.Array  # the next step's key (every member holds the same after a step)
+    fitness: jax.Array  # what the last step ranked it on (NaN before its first measure)
 
 
 def initial_carry(key: jax.Array, hparams: Any, settings: PBTSettings, from_prior: bool) -> Carry:
@@ -178,7 +181,7 @@ def initial_carry(key: jax.Array, hparams: Any, settings: PBTSettings, from_prio
         }
         hparams = hparams.replace(**draws)
     zero = jnp.zeros((), jnp.float32)
-    return Carry(hparams, zero, zero, k_step)
+    return Carry(hparams, zero, zero, k_step, jnp.full((), jnp.nan, jnp.float32))
 
 
 def population_run(iteration: Callable, settings: PBTSettings, ready: int) -> Callable:
@@ -188,8 +191,9 @@ def population_run(iteration: Callable, settings: PBTSettings, ready: int) -> Ca
     every iteration that is a multiple of `ready`. The state is a training state with the
     fields `pbt` (a `Carry`), `iteration`, `diverged_at` and `key`.
 
-    Fitness is the mean return of the episodes a member finished since the last step (NaN,
-    ranked last, for a diverged member or one that finished none; `population_step`). A
+    Fitness is the mean return of the episodes a member finished since the last step, or
+    the fitness it was last ranked on where it finished none (NaN, ranked last, for a
+    diverged member or one never measured; `population_step`). A
     member that copies takes its parent's training key folded with its own index, so parent
     and child do not act on the same random numbers. Metrics added per iteration:
     `pbt/parent` (the member each copied at a step, else its own index) and `hp/NAME`, each
@@ -226,15 +230,18 @@ def population_run(iteration: Callable, settings: PBTSettings, ready: int) -> Ca
 def population_step(state: Any, settings: PBTSettings) -> tuple[Any, jax.Array]:
     """The PBT step of `population_run` on a training state `[P]`: `(state, parent)`.
 
-    Fitness is each member's mean return over its window (NaN for a diverged member or one
-    that finished no episode); the step's key is member 0's carry key, split, and every
-    member carries the same next key after it. A member that copies takes every leaf of its
-    parent but two: its training key, the parent's folded with its own index, and its carry
-    (explored hyperparameters, an empty window). Every window starts again.
+    Fitness is each member's mean return over its window; a member that finished no episode
+    in it keeps the fitness of its last step (its episodes may simply be longer than a
+    window: 1,000 steps of a balanced pole against 512 between steps), and a diverged member
+    has NaN. The step's key is member 0's carry key, split, and every member carries the
+    same next key after it. A member that copies takes every leaf of its parent but two: its
+    training key, the parent's folded with its own index, and its carry (explored
+    hyperparameters, an empty window, the parent's fitness). Every window starts again.
     """
     carry, members = state.pbt, jnp.arange(state.iteration.shape[0], dtype=jnp.int32)
-    healthy = (carry.episodes > 0) & (state.diverged_at < 0)
-    fitness = jnp.where(healthy, carry.return_sum / jnp.maximum(carry.episodes, 1), jnp.nan)
+    measured = carry.return_sum / jnp.maximum(carry.episodes, 1)
+    fitness = jnp.where(carry.episodes > 0, measured, carry.fitness)
+    fitness = jnp.where(state.diverged_at < 0, fitness, jnp.nan)
     key, k_step = jax.random.split(carry.key[0])
     out = exploit_and_explore(k_step, state, carry.hparams, fitness, settings)
     copied = out.parent != members
@@ -244,7 +251,9 @@ def population_step(state: Any, settings: PBTSettings) -> tuple[Any, jax.Array]:
     keys = jax.random.wrap_key_data(
         jnp.broadcast_to(jax.random.key_data(key), jax.random.key_data(carry.key).shape)
     )
-    new = out.state.replace(key=train_key, pbt=Carry(out.hparams, zeros, zeros, keys))
+    new = out.state.replace(
+        key=train_key, pbt=Carry(out.hparams, zeros, zeros, keys, fitness[out.parent])
+    )
     return new, out.parent
 
 

@@ -62,7 +62,7 @@ def test_a_run_steps_every_ready_iterations_on_the_fitness_of_its_window(pbt_run
     m = _columns(pbt_run)
     parent, (members, iterations) = m["pbt/parent"].astype(int), m["pbt/parent"].shape
     own = np.arange(members)
-    window_start = 0
+    window_start, last = 0, np.full(members, -np.inf)  # the fitness each was last ranked on
     for t in range(iterations):
         copied = np.flatnonzero(parent[:, t] != own)
         if (t + 1) % READY:
@@ -71,11 +71,12 @@ def test_a_run_steps_every_ready_iterations_on_the_fitness_of_its_window(pbt_run
         assert copied.size == COPIES, (t, parent[:, t])
         span = slice(window_start, t + 1)  # the episodes each member finished since the last step
         count = m["episode/count"][:, span].sum(1)
-        fitness = np.where(count > 0, m["episode/return_sum"][:, span].sum(1) / count, -np.inf)
+        measured = m["episode/return_sum"][:, span].sum(1) / np.maximum(count, 1)
+        fitness = np.where(count > 0, measured, last)
         kept = np.setdiff1d(own, copied)
         assert fitness[copied].max() <= fitness[kept].min(), (t, fitness, copied)
         assert fitness[parent[copied, t]].min() >= np.sort(fitness)[-COPIES], (t, fitness)
-        window_start = t + 1
+        window_start, last = t + 1, fitness[parent[:, t]]
         if t + 1 == iterations:
             continue
         for name, prior in SETTINGS_OF_RUN:
@@ -140,6 +141,24 @@ def test_a_killed_and_resumed_pbt_run_writes_the_same_metrics(pbt_run, tmp_path,
     assert (parts / "metrics.csv").read_bytes() == (pbt_run / "metrics.csv").read_bytes()
 
 
+# A PBT run stopped after iteration 3 (one step taken) by the release whose carry had no
+# `fitness` (tests/data/pbt_before_fitness; made with RUN and `--chunk-iterations 3`).
+BEFORE_FITNESS = Path(__file__).parent / "data" / "pbt_before_fitness" / "stopped_after_iteration_3"
+
+
+def test_a_pbt_run_saved_before_the_carried_fitness_resumes_to_the_same_metrics(pbt_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(BEFORE_FITNESS, run)
+    assert train.main(["--resume", str(run), "--no-progress"]) == 0
+    a, b = _columns(run), _columns(pbt_run)
+    assert a.keys() == b.keys() and a["pbt/parent"].shape == b["pbt/parent"].shape == (4, 12)
+    for name in a:
+        if name in ("seed", "iteration", "env_steps", "episode/count", "pbt/parent"):
+            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+        else:  # the first chunk came from the old release's programs: equal to rounding
+            np.testing.assert_allclose(a[name], b[name], rtol=1e-4, atol=1e-6, err_msg=name)
+
+
 def _train_state_population(config, members: int):
     trainer = make_trainer(config)
     keys = jax.random.split(jax.random.key(0), members)
@@ -192,6 +211,32 @@ def test_the_step_copies_a_training_state_with_memory_bit_for_bit_and_replaces_a
     assert lr[:2].tobytes() == old_lr[:2].tobytes()
     for i in (2, 3):
         assert any(np.isclose(lr[i], old_lr[parent[i]] * f) for f in (0.8, 1.25)), (i, lr)
+
+
+def test_a_member_that_finished_no_episode_keeps_its_last_fitness():
+    """An agent whose episodes outlast a window (a pole balanced for 1,000 steps, 512 steps
+    between steps) is ranked on the fitness of its last step, not taken for a failed one;
+    a copy carries its parent's fitness, and a member never measured ranks last."""
+    config = Config.create(
+        num_envs=4, num_steps=8,
+        pbt={"explore": {"learning_rate": "loguniform:1e-4,1e-2"}, "fraction": 0.5},
+    )  # fmt: skip
+    state = _train_state_population(config, 4)
+    assert np.isnan(np.asarray(state.pbt.fitness)).all()  # no member measured at the start
+    state = state.replace(
+        pbt=state.pbt._replace(
+            return_sum=jnp.array([40.0, 0.0, 10.0, 0.0]),  # windows: 20, none, 10, none
+            episodes=jnp.array([2.0, 0.0, 1.0, 0.0]),
+            fitness=jnp.array([5.0, 50.0, jnp.nan, jnp.nan]),  # 0's window replaces its 5
+        )
+    )
+    new, parent = jax.jit(population_step, static_argnums=1)(state, config.pbt.settings())
+    parent = np.asarray(parent)
+    # ranked: 3 (never measured) < 2 (10) < 0 (20) < 1 (50, kept from its last step)
+    assert list(parent[:2]) == [0, 1] and set(parent[2:]) <= {0, 1}, parent
+    expected = np.array([20.0, 50.0, 0.0, 0.0])
+    expected[2:] = expected[parent[2:]]
+    np.testing.assert_array_equal(np.asarray(new.pbt.fitness), expected)
 
 
 def test_init_prior_draws_each_members_values_from_the_priors():

@@ -7,8 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 
 from rlax_trpo.experiment.record import CheckpointError
+
+# Arrays a state holds today that a checkpoint saved before they existed lacks, each with the
+# value it restores as: the fitness a PBT member was last ranked on (`rlax_trpo.pbt.Carry`;
+# NaN, not measured yet: the next step ranks the member on its window).
+ADDED_SINCE = {"pbt.fitness": float("nan")}
 
 
 def as_saved(saved: Any, abstract: Any) -> Any:
@@ -22,13 +28,17 @@ def as_saved(saved: Any, abstract: Any) -> Any:
 def as_target(restored: Any, abstract: Any) -> Any:
     """The restored arrays (in the saved tree's structure) in `abstract`'s structure."""
     got = dict(_leaves_by_path(restored))
-    names = [name for name, _ in _leaves_by_path(abstract)]
-    return jax.tree_util.tree_unflatten(jax.tree.structure(abstract), [got[n] for n in names])
+    leaves = [
+        got[name] if name in got else np.full(leaf.shape, ADDED_SINCE[name], leaf.dtype)
+        for name, leaf in _leaves_by_path(abstract)
+    ]
+    return jax.tree_util.tree_unflatten(jax.tree.structure(abstract), leaves)
 
 
 def check_structure(saved: Any, abstract: Any, step: Path) -> None:
     saved_shapes = _shapes_by_path(saved)
     wanted = _shapes_by_path(abstract)
+    wanted = {k: v for k, v in wanted.items() if k in saved_shapes or k not in ADDED_SINCE}
     if set(saved_shapes) != set(wanted):
         extra = sorted(set(saved_shapes) ^ set(wanted))
         raise CheckpointError(
