@@ -109,8 +109,8 @@ def plot(figures: dict, path: Path) -> None:
     ax.set_title(f"{len(figures['grid'][names[0]]) ** len(names)} agents each; IQM, 95% CI")
     ax.legend(fontsize=8)
     for ax, name in zip(axes[1:], names, strict=True):
-        for value in figures["grid"][name]:
-            ax.axhline(value, color="tab:grey", lw=0.6, ls=":")
+        for i, value in enumerate(figures["grid"][name]):
+            ax.axhline(value, color="tab:grey", lw=0.6, ls=":", label="grid" if i == 0 else None)
         for r in rows:
             steps = r["pbt_schedule"][name]
             its, values = [s[0] for s in steps], [s[1] for s in steps]
@@ -118,7 +118,8 @@ def plot(figures: dict, path: Path) -> None:
         values = [v for r in rows for _, v in r["pbt_schedule"][name]] + figures["grid"][name]
         if max(values) > 10 * min(values) > 0:
             ax.set_yscale("log")
-        ax.set(xlabel="iteration", ylabel=name, title=f"PBT's best agent's {name} (dotted: grid)")
+        ax.set(xlabel="iteration (each value holds after its last change)", ylabel=name)
+        ax.set_title(f"PBT's best agent's {name}")
         ax.legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

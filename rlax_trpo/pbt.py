@@ -232,11 +232,12 @@ def population_step(state: Any, settings: PBTSettings) -> tuple[Any, jax.Array]:
 
     Fitness is each member's mean return over its window; a member that finished no episode
     in it keeps the fitness of its last step (its episodes may simply be longer than a
-    window: 1,000 steps of a balanced pole against 512 between steps), and a diverged member
-    has NaN. The step's key is member 0's carry key, split, and every member carries the
-    same next key after it. A member that copies takes every leaf of its parent but two: its
-    training key, the parent's folded with its own index, and its carry (explored
-    hyperparameters, an empty window, the parent's fitness). Every window starts again.
+    window: 1,000-step episodes that end only at their time limit, every environment reset
+    together, against 512 steps between steps), and a diverged member has NaN. The step's
+    key is member 0's carry key, split, and every member carries the same next key after
+    it. A member that copies takes every leaf of its parent but two: its training key, the
+    parent's folded with its own index, and its carry (explored hyperparameters, an empty
+    window, the parent's fitness). Every window starts again.
     """
     carry, members = state.pbt, jnp.arange(state.iteration.shape[0], dtype=jnp.int32)
     measured = carry.return_sum / jnp.maximum(carry.episodes, 1)

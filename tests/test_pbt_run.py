@@ -214,8 +214,8 @@ def test_the_step_copies_a_training_state_with_memory_bit_for_bit_and_replaces_a
 
 
 def test_a_member_that_finished_no_episode_keeps_its_last_fitness():
-    """An agent whose episodes outlast a window (a pole balanced for 1,000 steps, 512 steps
-    between steps) is ranked on the fitness of its last step, not taken for a failed one;
+    """An agent whose episodes outlast a window (1,000 steps that end only at the time limit,
+    512 steps between steps) is ranked on the fitness of its last step, not a failed one's;
     a copy carries its parent's fitness, and a member never measured ranks last."""
     config = Config.create(
         num_envs=4, num_steps=8,
