@@ -19,6 +19,14 @@ figures, per repeat and as the IQM over repeats with a 95% bootstrap interval
         --json benchmarks/results/pbt_vs_grid_breakout_2core.json --plot docs/pbt/breakout.png
     python benchmarks/pbt_vs_grid.py --replot benchmarks/results/pbt_vs_grid_breakout_2core.json \
         --plot docs/pbt/breakout.png          # the figure again from published figures
+    python benchmarks/pbt_vs_grid.py --add-to benchmarks/results/pbt_vs_grid_breakout_2core.json \
+        --repeats 4 --json benchmarks/results/pbt_vs_grid_breakout_2core.json   # 4 more seeds
+
+`--add-to` runs `--repeats` more repeats of a published result with the same settings (its
+config, overrides, population, explored priors, ready interval and fraction; the seeds after
+its last) and aggregates over all of them; the commands that produced the earlier rows are
+kept in `earlier_commands`, each with its date and seeds. `pbt_wins` counts the repeats in
+which PBT's best member is at or above the grid's best point.
 
 `--plot` draws, per repeat, the grid's best point beside PBT's best member (with each one's
 IQM and 95% interval over the repeats), and the schedule of every explored value that PBT's
@@ -127,6 +135,36 @@ def plot(figures: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def continue_from(earlier: dict, args, parser) -> argparse.Namespace:
+    """`args` with the settings of the benchmark in `earlier` (a published JSON); a setting
+    given on the line that differs from it is an error (the repeats would not be alike)."""
+    if earlier.get("benchmark") != "pbt_vs_grid":
+        parser.error(f"--add-to {args.add_to}: not a pbt_vs_grid result")
+    words = dict(w.partition("=")[::2] for w in earlier["pbt"])
+    settings = {
+        "config": earlier["config"],
+        "population": earlier["population"],
+        "ready": int(words["pbt.ready"]),
+        "fraction": float(words["pbt.fraction"]),
+    }
+    for name, value in settings.items():
+        given = getattr(args, name)
+        if given != parser.get_default(name) and given != value:
+            parser.error(f"--add-to {args.add_to}: its --{name} is {value}, not {given}")
+        setattr(args, name, value)
+    explore = [
+        f"{k.removeprefix('pbt.explore.')}={v}"
+        for k, v in words.items()
+        if k.startswith("pbt.explore.")
+    ]
+    if args.explore and sorted(args.explore) != sorted(explore):
+        parser.error(f"--add-to {args.add_to}: its --explore is {explore}")
+    if args.overrides and args.overrides != earlier["overrides"]:
+        parser.error(f"--add-to {args.add_to}: its overrides are {earlier['overrides']}")
+    args.explore, args.overrides = explore, list(earlier["overrides"])
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="ppo_cartpole", help="a bundled name or YAML file")
@@ -144,7 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--plot", type=Path, help="draw the figure here (PNG)")
     parser.add_argument("--replot", type=Path, help="no training: draw --plot from this JSON")
+    parser.add_argument(
+        "--add-to", type=Path, help="more repeats of this JSON's benchmark, aggregated with its"
+    )
     args = parse_with_overrides(parser, argv)
+    earlier: dict | None = None
+    if args.add_to is not None:
+        earlier = json.loads(args.add_to.read_text())
+        args = continue_from(earlier, args, parser)
     if args.replot is not None:
         if args.plot is None:
             parser.error("--replot needs --plot (where to draw)")
@@ -162,9 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     pbt += ["pbt.init=prior", f"pbt.ready={args.ready}", f"pbt.fraction={args.fraction}"]
     sweeps = [w for n, v in grid.items() for w in ("--sweep", f"hp.{n}=" + ",".join(map(str, v)))]
     base = ["--config", args.config, *args.overrides]
-    rows = []
+    rows = list(earlier["repeats"]) if earlier else []
+    first = 1 + max((r["seed"] for r in rows), default=-1)
     with tempfile.TemporaryDirectory(prefix="pbt-vs-grid-") as tmp:
-        for r in range(args.repeats):
+        for r in range(first, first + args.repeats):
             seed = ["--seed", str(r)]
             g = train([*base, *seed, "--seeds", "1", *sweeps], Path(tmp) / f"grid{r}")
             p = train([*base, *seed, "--seeds", str(args.population), *pbt], Path(tmp) / f"pbt{r}")
@@ -195,8 +241,17 @@ def main(argv: list[str] | None = None) -> int:
         "grid_best": aggregate([r["grid_best"] for r in rows]),
         "pbt_best": aggregate([r["pbt_best"] for r in rows]),
         "pbt_cost_per_env_step_over_grid": aggregate(cost),
+        "pbt_wins": sum(r["pbt_best"] >= r["grid_best"] for r in rows),
         "repeats": rows,
     }
+    if earlier is not None:
+        before = earlier.get("earlier_commands", [])
+        counted = {seed for entry in before for seed in entry["seeds"]}
+        seeds = [r["seed"] for r in earlier["repeats"] if r["seed"] not in counted]
+        figures["earlier_commands"] = [
+            *before,
+            {"command": earlier["command"], "date": earlier["date"], "seeds": seeds},
+        ]
     publish("pbt_vs_grid", figures, args.json)
     if args.plot is not None:
         plot(figures, args.plot)
