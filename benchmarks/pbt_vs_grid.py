@@ -3,30 +3,35 @@
 
 Each repeat trains, from the same `--seed`, (a) a grid: the explored hyperparameters at
 `k` evenly spaced points of their priors each (`k ** fields = --population` settings, one
-seed each, `--sweep`), and (b) a PBT run: `--population` members whose starting values are
-drawn from the same priors (`pbt.init: prior`) and explored every `--ready` iterations. Its
-figures, per repeat and as the IQM over repeats with a 95% bootstrap interval
-(`rlax_trpo.report.stats`, as `rlax-trpo report` computes them):
+seed each, `--sweep`), and (b) a PBT run of `--population` members explored every `--ready`
+iterations. With `--pbt-init grid` (the default) PBT's members start from the grid's own
+points, seed for seed: the two runs are the same until PBT's first step, so the difference
+is PBT's exploit and explore alone (the protocol of Jaderberg et al. 2017, whose baselines
+start from the same hyperparameters as PBT). With `--pbt-init prior` their starting values
+are drawn from the priors instead (`pbt.init: prior`). Its figures, per repeat and as the
+IQM over repeats with a 95% bootstrap interval (`rlax_trpo.report.stats`, as `rlax-trpo
+report` computes them):
 
 - the grid's best point (the highest final return among its settings) and PBT's best
   member (the highest final return among its members): best of the same number of agents;
+  `pbt_wins` counts the repeats in which PBT's is at or above the grid's;
 - the cost: each run's env steps per second of training (compile excluded), and PBT's over
   the grid's (PBT must be nearly free).
 
     python benchmarks/pbt_vs_grid.py --config ppo_minatar env=Breakout-MinAtar \\
-        total_env_steps=2000000 --population 8 --repeats 4 \\
+        total_env_steps=2000000 --population 8 --repeats 8 \\
         --explore learning_rate=loguniform:1e-4,1e-2 --ready 20 \\
-        --json benchmarks/results/pbt_vs_grid_breakout_2core.json --plot docs/pbt/breakout.png
-    python benchmarks/pbt_vs_grid.py --replot benchmarks/results/pbt_vs_grid_breakout_2core.json \
+        --json benchmarks/results/pbt_vs_grid_from_grid_breakout_2core.json \\
+        --plot docs/pbt/breakout_from_grid.png
+    python benchmarks/pbt_vs_grid.py --replot benchmarks/results/pbt_vs_grid_breakout_2core.json \\
         --plot docs/pbt/breakout.png          # the figure again from published figures
-    python benchmarks/pbt_vs_grid.py --add-to benchmarks/results/pbt_vs_grid_breakout_2core.json \
+    python benchmarks/pbt_vs_grid.py --add-to benchmarks/results/pbt_vs_grid_breakout_2core.json \\
         --repeats 4 --json benchmarks/results/pbt_vs_grid_breakout_2core.json   # 4 more seeds
 
 `--add-to` runs `--repeats` more repeats of a published result with the same settings (its
-config, overrides, population, explored priors, ready interval and fraction; the seeds after
-its last) and aggregates over all of them; the commands that produced the earlier rows are
-kept in `earlier_commands`, each with its date and seeds. `pbt_wins` counts the repeats in
-which PBT's best member is at or above the grid's best point.
+config, overrides, population, explored priors, ready interval, fraction and PBT's start;
+the seeds after its last) and aggregates over all of them; the commands that produced the
+earlier rows are kept in `earlier_commands`, each with its date and seeds.
 
 `--plot` draws, per repeat, the grid's best point beside PBT's best member (with each one's
 IQM and 95% interval over the repeats), and the schedule of every explored value that PBT's
@@ -146,11 +151,14 @@ def continue_from(earlier: dict, args, parser) -> argparse.Namespace:
         "population": earlier["population"],
         "ready": int(words["pbt.ready"]),
         "fraction": float(words["pbt.fraction"]),
+        "pbt_init": earlier.get("pbt_init", "prior" if "pbt.init" in words else "grid"),
     }
     for name, value in settings.items():
         given = getattr(args, name)
         if given != parser.get_default(name) and given != value:
-            parser.error(f"--add-to {args.add_to}: its --{name} is {value}, not {given}")
+            parser.error(
+                f"--add-to {args.add_to}: its --{name.replace('_', '-')} is {value}, not {given}"
+            )
         setattr(args, name, value)
     explore = [
         f"{k.removeprefix('pbt.explore.')}={v}"
@@ -179,6 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--ready", type=int, default=10, help="PBT: iterations between steps")
     parser.add_argument("--fraction", type=float, default=0.25, help="PBT: truncation fraction")
+    parser.add_argument(
+        "--pbt-init",
+        choices=("grid", "prior"),
+        default="grid",
+        help="PBT's starting values: the grid's points (default) or draws from the priors",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--plot", type=Path, help="draw the figure here (PNG)")
     parser.add_argument("--replot", type=Path, help="no training: draw --plot from this JSON")
@@ -204,8 +218,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--population {args.population} is not k ** {len(explore)} with k >= 2")
     grid = {name: grid_values(prior, k) for name, (_, prior) in explore.items()}
     pbt = [f"pbt.explore.{n}={text}" for n, (text, _) in explore.items()]
-    pbt += ["pbt.init=prior", f"pbt.ready={args.ready}", f"pbt.fraction={args.fraction}"]
+    pbt += ["pbt.init=prior"] if args.pbt_init == "prior" else []
+    pbt += [f"pbt.ready={args.ready}", f"pbt.fraction={args.fraction}"]
     sweeps = [w for n, v in grid.items() for w in ("--sweep", f"hp.{n}=" + ",".join(map(str, v)))]
+    members = (
+        ["--seeds", "1", *sweeps] if args.pbt_init == "grid" else ["--seeds", str(k ** len(grid))]
+    )
     base = ["--config", args.config, *args.overrides]
     rows = list(earlier["repeats"]) if earlier else []
     first = 1 + max((r["seed"] for r in rows), default=-1)
@@ -213,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(first, first + args.repeats):
             seed = ["--seed", str(r)]
             g = train([*base, *seed, "--seeds", "1", *sweeps], Path(tmp) / f"grid{r}")
-            p = train([*base, *seed, "--seeds", str(args.population), *pbt], Path(tmp) / f"pbt{r}")
+            p = train([*base, *seed, *members, *pbt], Path(tmp) / f"pbt{r}")
             row = {
                 "seed": r,
                 "grid_best": best_point(g),
@@ -238,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         "population": args.population,
         "grid": grid,
         "pbt": pbt,
+        "pbt_init": args.pbt_init,
         "grid_best": aggregate([r["grid_best"] for r in rows]),
         "pbt_best": aggregate([r["pbt_best"] for r in rows]),
         "pbt_cost_per_env_step_over_grid": aggregate(cost),
