@@ -6,8 +6,8 @@ Each repeat trains, from the same `--seed`, (a) a grid: the explored hyperparame
 seed each, `--sweep`), and (b) a PBT run of `--population` members explored every `--ready`
 iterations. With `--pbt-init grid` (the default) PBT's members start from the grid's own
 points, seed for seed: the two runs are the same until PBT's first step, so the difference
-is PBT's exploit and explore alone (the protocol of Jaderberg et al. 2017, whose baselines
-start from the same hyperparameters as PBT). With `--pbt-init prior` their starting values
+is PBT's exploit and explore alone (PBT "starts like parallel search", Jaderberg et al.
+2017; here that search is the grid). With `--pbt-init prior` their starting values
 are drawn from the priors instead (`pbt.init: prior`). Its figures, per repeat and as the
 IQM over repeats with a 95% bootstrap interval (`rlax_trpo.report.stats`, as `rlax-trpo
 report` computes them):
