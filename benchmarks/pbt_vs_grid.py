@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", type=Path, help="draw the figure here (PNG)")
     parser.add_argument("--replot", type=Path, help="no training: draw --plot from this JSON")
     parser.add_argument(
-        "--add-to", type=Path, help="more repeats of this JSON's benchmark, aggregated with its"
+        "--add-to", type=Path, help="run more repeats of this published JSON's benchmark"
     )
     args = parse_with_overrides(parser, argv)
     earlier: dict | None = None
