@@ -140,9 +140,10 @@ def plot(figures: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def continue_from(earlier: dict, args, parser) -> argparse.Namespace:
+def continue_from(earlier: dict, args, parser, words_given: list[str]) -> argparse.Namespace:
     """`args` with the settings of the benchmark in `earlier` (a published JSON); a setting
-    given on the line that differs from it is an error (the repeats would not be alike)."""
+    given on the line (`words_given`, even at its default) that differs from it is an error:
+    the repeats would not be alike."""
     if earlier.get("benchmark") != "pbt_vs_grid":
         parser.error(f"--add-to {args.add_to}: not a pbt_vs_grid result")
     words = dict(w.partition("=")[::2] for w in earlier["pbt"])
@@ -153,9 +154,10 @@ def continue_from(earlier: dict, args, parser) -> argparse.Namespace:
         "fraction": float(words["pbt.fraction"]),
         "pbt_init": earlier.get("pbt_init", "prior" if "pbt.init" in words else "grid"),
     }
+    flags = {w.partition("=")[0] for w in words_given if w.startswith("--")}
     for name, value in settings.items():
         given = getattr(args, name)
-        if given != parser.get_default(name) and given != value:
+        if f"--{name.replace('_', '-')}" in flags and given != value:
             parser.error(
                 f"--add-to {args.add_to}: its --{name.replace('_', '-')} is {value}, not {given}"
             )
@@ -203,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     earlier: dict | None = None
     if args.add_to is not None:
         earlier = json.loads(args.add_to.read_text())
-        args = continue_from(earlier, args, parser)
+        args = continue_from(earlier, args, parser, sys.argv[1:] if argv is None else argv)
     if args.replot is not None:
         if args.plot is None:
             parser.error("--replot needs --plot (where to draw)")
