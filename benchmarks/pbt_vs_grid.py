@@ -223,8 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     pbt += ["pbt.init=prior"] if args.pbt_init == "prior" else []
     pbt += [f"pbt.ready={args.ready}", f"pbt.fraction={args.fraction}"]
     sweeps = [w for n, v in grid.items() for w in ("--sweep", f"hp.{n}=" + ",".join(map(str, v)))]
+    # from the grid: one seed of each grid point; from the prior: `population` seeds, each drawing
     members = (
-        ["--seeds", "1", *sweeps] if args.pbt_init == "grid" else ["--seeds", str(k ** len(grid))]
+        ["--seeds", "1", *sweeps] if args.pbt_init == "grid" else ["--seeds", str(args.population)]
     )
     base = ["--config", args.config, *args.overrides]
     rows = list(earlier["repeats"]) if earlier else []
