@@ -1,4 +1,4 @@
-"""Losses: policy gradient, clipped surrogate, KL estimators, entropy and value losses.
+"""Losses: policy gradient, clipped surrogate, KL estimators, entropy, log barrier, value.
 
 All are pure functions of arrays that return scalars (means over the given elements) or
 per-element arrays, as documented. An optional `mask` weights elements (1 keeps, 0 drops).
@@ -101,6 +101,18 @@ def kl_estimate(log_ratio: jax.Array, kind: str = "k3") -> jax.Array:
     if kind == "k3":
         return jnp.expm1(log_ratio) - log_ratio
     raise ValueError(f"unknown KL estimator {kind!r}; use k1, k2 or k3")
+
+
+def log_barrier(logits: jax.Array) -> jax.Array:
+    """-KL(U || softmax(logits)) per state, U uniform over the K actions of the last axis:
+    mean_a log pi(a) + log K (0 at the uniform policy, -> -inf as any pi(a) -> 0).
+
+    The relative-entropy regulariser of Agarwal et al. (2021, "On the theory of policy
+    gradient methods", sec. 5.2). Its gradient in the logits is 1/K - pi(a), which does not
+    vanish as the policy becomes deterministic, unlike the entropy's -pi(a)(log pi(a) + H).
+    """
+    log_p = jax.nn.log_softmax(logits)
+    return log_p.mean(-1) + jnp.log(log_p.shape[-1])
 
 
 def value_loss(

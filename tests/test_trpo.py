@@ -180,8 +180,55 @@ def test_the_entropy_bonus_has_its_closed_form_gradient():
     assert float(objective(theta)) == pytest.approx(float(surrogate(theta)) + 0.2 * h, rel=1e-6)
 
 
+def test_the_log_barrier_has_its_closed_form_value_and_gradient():
+    """-KL(U || softmax(z)) = mean_a log p_a + log K, with gradient 1/K - p_a in the logits:
+    it does not vanish at a nearly deterministic state, where the entropy's does."""
+    from rlax_trpo.losses import log_barrier
+
+    for z in ([0.3, -1.2, 0.8], [12.0, -3.0, 0.5, 1.0]):
+        z = jnp.array(z)
+        p = np.asarray(jax.nn.softmax(z), np.float64)
+        k = len(p)
+        assert float(log_barrier(z)) == pytest.approx(np.log(p).mean() + np.log(k), rel=1e-5)
+        np.testing.assert_allclose(jax.grad(log_barrier)(z), 1 / k - p, rtol=1e-5, atol=1e-7)
+    assert float(log_barrier(jnp.zeros((5,)))) == pytest.approx(0.0, abs=1e-6)  # uniform
+    sharp = jnp.array([12.0, -3.0, 0.5])  # p_0 > 0.9999
+    entropy_grad = jax.grad(lambda z: jax.scipy.special.entr(jax.nn.softmax(z)).sum())(sharp)
+    assert float(jnp.abs(entropy_grad).max()) < 2e-3
+    assert float(jnp.abs(jax.grad(log_barrier)(sharp)).max()) > 0.3
+
+
+def test_the_bonus_is_the_entropy_or_the_log_barrier_per_state():
+    from rlax_trpo.algorithms.trpo import policy_bonus
+
+    base = dict(algorithm="trpo", num_envs=2, num_steps=16, total_env_steps=32, hidden_sizes=[8])
+    trainer = make_trainer(Config.create(**base))
+    params = trainer.init(jax.random.key(0), Config.create(**base).hp).params.policy
+    obs = jax.random.normal(jax.random.key(3), (6, *trainer.env.spec.obs_shape))
+    dist = trainer.networks.policy(jax.tree.map(lambda x: 5.0 * x, params), obs)
+    log_p = np.asarray(jax.nn.log_softmax(dist.logits), np.float64)
+    for form, expected in (
+        ("entropy", -(np.exp(log_p) * log_p).sum(-1)),
+        ("log_barrier", log_p.mean(-1) + np.log(log_p.shape[-1])),
+    ):
+        config = Config.create(**base, entropy_bonus=form)
+        got = policy_bonus(config, trainer.networks)(dist)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_the_log_barrier_is_refused_for_continuous_actions():
+    from rlax_trpo.errors import ConfigError
+
+    config = load_config("trpo_pendulum", ["entropy_bonus=log_barrier", "hp.ent_coef=0.01"])
+    with pytest.raises(ConfigError, match="log_barrier needs discrete actions"):
+        make_trainer(config)
+
+
+@pytest.mark.parametrize("bonus", ["entropy", "log_barrier"])
 @pytest.mark.parametrize("algorithm", ["trpo", "npg"])
-def test_with_no_advantage_the_bonus_alone_raises_the_entropy_inside_the_trust_region(algorithm):
+def test_with_no_advantage_the_bonus_alone_raises_the_entropy_inside_the_trust_region(
+    algorithm, bonus
+):
     # Zero advantages: the surrogate is flat, so only the bonus can move the policy; the step
     # must raise the entropy, keep KL within the bound, and (TRPO) pass the line search's
     # improvement test on the bonus. Without it (ent_coef 0) nothing improves: no step.
@@ -195,6 +242,7 @@ def test_with_no_advantage_the_bonus_alone_raises_the_entropy_inside_the_trust_r
         value_minibatches=2,
         value_epochs=1,
         hp={"ent_coef": 0.5, "max_kl": 0.01},
+        entropy_bonus=bonus,
     )
     trainer, state, batch = one_batch(config)
     flat = batch._replace(advantage=jnp.zeros_like(batch.advantage))
@@ -208,6 +256,11 @@ def test_with_no_advantage_the_bonus_alone_raises_the_entropy_inside_the_trust_r
     before = trainer.networks.policy(state.params.policy, obs).entropy().mean()
     after = trainer.networks.policy(new.policy, obs).entropy().mean()
     assert float(after) > float(before)
+    if bonus == "log_barrier":
+        from rlax_trpo.losses import log_barrier
+
+        barrier = lambda p: log_barrier(trainer.networks.policy(p, obs).logits).mean()
+        assert float(barrier(new.policy)) > float(barrier(state.params.policy))
     assert 0.0 < float(m["trpo/kl"]) <= 0.01 * 1.01
     assert float(m["trpo/accepted"]) == 1.0
     if algorithm == "trpo":

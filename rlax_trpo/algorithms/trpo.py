@@ -5,6 +5,7 @@ One update, as in the paper's practical algorithm (App. C) and sb3-contrib's TRP
     A  <- advantages of the batch, normalised over the batch (optional)
     L(theta) = mean_n pi_theta(a_n|s_n) / pi_old(a_n|s_n) * A_n        surrogate
              + c mean_n H(pi_theta(.|s_n))        with an entropy bonus c = `hp.ent_coef` (0)
+               (or -c mean_n KL(U || pi_theta(.|s_n)), `entropy_bonus: log_barrier`)
     g  = grad L(theta_old)
     s  = CG(F + d I, g)                    F: Hessian of mean KL(pi_old || pi_theta); jax.scipy's
                                            cg, <= cg_iters steps, to ||F s - g|| <= cg_tol ||g||
@@ -45,6 +46,7 @@ from rlax_trpo.algorithms.sections import (
 )
 from rlax_trpo.config.configuration import Config
 from rlax_trpo.config.fields import HParams, hp_field, read_with
+from rlax_trpo.errors import ConfigError
 from rlax_trpo.networks import Networks, policy_on
 from rlax_trpo.types import Batch, Metrics, Params
 
@@ -65,6 +67,7 @@ class NPGFields(AdvantageFields, CriticFitterFields):
     vine_actions: int = Field(0, ge=0)
     vine_horizon: int = Field(32, gt=0)
     vine_bootstrap: bool = True
+    entropy_bonus: Literal["entropy", "log_barrier"] = "entropy"  # what hp.ent_coef weighs
 
     # a changed value without its condition is refused; defaults (as every saved config.yaml
     # holds them) are not
@@ -123,6 +126,21 @@ def with_entropy_bonus(surrogate: Any, entropy: Any, ent_coef: jax.Array):
     c = 0 (the default) is the plain surrogate.
     """
     return lambda params: surrogate(params) + ent_coef * entropy(params)
+
+
+def policy_bonus(config: Config, networks: Networks) -> Any:
+    """dist -> the per-state bonus `hp.ent_coef` weighs: H(pi(.|s)) (`entropy_bonus:
+    entropy`) or the log barrier -KL(U || pi(.|s)) (`log_barrier`, `losses.log_barrier`),
+    whose pull toward uniform does not vanish where pi(.|s) is deterministic, as the
+    entropy's does (docs/trpo_results.md: where Breakout's policy stays deterministic)."""
+    if config.entropy_bonus == "entropy":
+        return lambda dist: dist.entropy()
+    if networks.spec is not None and not networks.spec.discrete:
+        raise ConfigError(
+            "entropy_bonus: log_barrier needs discrete actions (a uniform policy); "
+            f"{getattr(config, 'env', 'this environment')}'s are continuous (use entropy)"
+        )
+    return lambda dist: losses.log_barrier(dist.logits)
 
 
 def kl_fn(
@@ -202,6 +220,7 @@ def trust_region_step(
 def _make_trust_region_method(config: Config, networks: Networks, line_search: bool) -> Algorithm:
     critic = make_critic_fitter(config, networks)
     layout = batch_layout(config, networks, value_minibatches=config.value_minibatches)
+    per_state_bonus = policy_bonus(config, networks)
 
     def init(params: Params, hp: HParams) -> TRPOState:
         return TRPOState(critic.init(params.value))
@@ -210,17 +229,18 @@ def _make_trust_region_method(config: Config, networks: Networks, line_search: b
         adv = flat.advantage
         adv = losses.normalize(adv) if config.normalize_advantages else adv
         adv = jax.lax.stop_gradient(adv)
-        entropy = lambda params: policy_on(networks, params, flat).entropy().mean()
+        dist = lambda params: policy_on(networks, params, flat)
+        bonus = lambda params: per_state_bonus(dist(params)).mean()
         new_policy, metrics = trust_region_step(
             config,
-            with_entropy_bonus(surrogate_fn(networks, flat, adv), entropy, hp.ent_coef),
+            with_entropy_bonus(surrogate_fn(networks, flat, adv), bonus, hp.ent_coef),
             kl_fn(networks, layout, policy_params, flat, config.fisher_fraction),
             kl_fn(networks, layout, policy_params, flat),
             policy_params,
             hp,
             line_search,
         )
-        metrics["policy/entropy"] = entropy(policy_params)
+        metrics["policy/entropy"] = dist(policy_params).entropy().mean()
         return new_policy, metrics
 
     def update(params: Params, state: TRPOState, batch: Batch, hp: HParams, key: jax.Array):
@@ -256,6 +276,7 @@ def _with_vine(
     single path's importance-sampled surrogate: same natural step, line search and critic
     fit."""
     plan = vine.plan_branches(config, networks)
+    per_state_bonus = policy_bonus(config, networks)
     collect = vine.make_vine_collect(
         config.vine_states, plan.num_actions, config.vine_horizon, plan.every_action
     )
@@ -272,12 +293,13 @@ def _with_vine(
         obs = batch.branches.obs
         stride = every_kth(config.fisher_fraction)
         entropy = lambda params: networks.policy(params, obs).entropy().mean()
+        bonus = lambda params: per_state_bonus(networks.policy(params, obs)).mean()
         surrogate = vine.vine_surrogate_fn(
             networks.policy, batch.branches, batch.q, plan.every_action
         )
         new_policy, metrics = trust_region_step(
             config,
-            with_entropy_bonus(surrogate, entropy, hp.ent_coef),
+            with_entropy_bonus(surrogate, bonus, hp.ent_coef),
             tr.mean_kl_fn(networks.policy, params.policy, obs[::stride]),
             tr.mean_kl_fn(networks.policy, params.policy, obs),
             params.policy,
