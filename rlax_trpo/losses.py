@@ -107,9 +107,10 @@ def log_barrier(logits: jax.Array) -> jax.Array:
     """-KL(U || softmax(logits)) per state, U uniform over the K actions of the last axis:
     mean_a log pi(a) + log K (0 at the uniform policy, -> -inf as any pi(a) -> 0).
 
-    The relative-entropy regulariser of Agarwal et al. (2021, "On the theory of policy
-    gradient methods", sec. 5.2). Its gradient in the logits is 1/K - pi(a), which does not
-    vanish as the policy becomes deterministic, unlike the entropy's -pi(a)(log pi(a) + H).
+    The relative-entropy ("log barrier") regulariser of softmax policies in Agarwal, Kakade,
+    Lee and Mahajan (2021, "On the theory of policy gradient methods"). Its gradient in the
+    logits is 1/K - pi(a), which does not vanish as the policy becomes deterministic, unlike
+    the entropy's -pi(a)(log pi(a) + H).
     """
     log_p = jax.nn.log_softmax(logits)
     return log_p.mean(-1) + jnp.log(log_p.shape[-1])
