@@ -49,6 +49,11 @@ SMOKE = {
          *TINY_RUN],
         (),
     ),
+    "entropy_by_state.py": (
+        [PY, "benchmarks/entropy_by_state.py", "{out}/run", "--steps", "20", "--envs", "4",
+         "--train", "trpo_minatar", *TINY_RUN],
+        (),
+    ),
     "gpu_suite.py": (
         [PY, "benchmarks/gpu_suite.py", "{out}/gpu_suite", "--budget", "tiny", "--steps", "env",
          "learning"],
