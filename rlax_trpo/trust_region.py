@@ -194,8 +194,12 @@ def natural_step(
     cg_iters: int,
     cg_tol: jax.Array = 1e-5,
     solver: str = "jax",
+    max_scale: jax.Array | float = 0.0,
 ) -> NaturalStep:
-    """The natural-gradient step alpha F^-1 g scaled to the trust region (TRPO / NPG).
+    """The natural-gradient step alpha F^-1 g scaled to the trust region (TRPO / NPG), or
+    with `max_scale` > 0 at most `max_scale` F^-1 g: alpha = min(max_scale, sqrt(2 delta /
+    s^T F s)), ACKTR's step (Wu et al. 2017), where the region caps the step instead of
+    setting it, so a weak gradient (small g^T F^-1 g) takes a small step.
 
     Args:
       kl_fn: theta -> mean KL(pi_old || pi_theta) (the Fisher is its Hessian at `params`).
@@ -206,6 +210,7 @@ def natural_step(
       cg_iters: at most this many conjugate-gradient iterations (static).
       cg_tol: `jax_cg` stops early at ||F s - g|| <= cg_tol ||g|| (ignored by "scan").
       solver: "jax" (`jax_cg`) or "scan" (`conjugate_gradient`: exactly `cg_iters` steps).
+      max_scale: the largest multiplier of s = F^-1 g (eta_max); 0: the region's edge.
     """
     fvp = lambda v: fisher_vector_product(kl_fn, params, v, damping)
     if solver == "jax":
@@ -217,6 +222,7 @@ def natural_step(
     f_direction = fvp(direction)  # also gives the true residual for free
     residual = tree_norm(tree_axpy(-1.0, grad, f_direction)) / jnp.maximum(tree_norm(grad), 1e-30)
     alpha = trust_region_scale(direction, f_direction, max_kl)
+    alpha = jnp.where(max_scale > 0, jnp.minimum(alpha, max_scale), alpha)
     step = jax.tree.map(lambda s: alpha * s, direction)
     return NaturalStep(
         step=step,

@@ -269,6 +269,23 @@ def test_with_no_advantage_the_bonus_alone_raises_the_entropy_inside_the_trust_r
         assert float(m0["trpo/accepted"]) == 0.0  # a flat surrogate improves nowhere
 
 
+@pytest.mark.parametrize("algorithm", ["trpo", "npg"])
+def test_natural_lr_caps_the_update_below_the_trust_region(algorithm):
+    config = Config.create(algorithm=algorithm, num_envs=2, num_steps=64, total_env_steps=128,
+                           hidden_sizes=[16], value_minibatches=2, value_epochs=1)  # fmt: skip
+    trainer, state, batch = one_batch(config)
+    update = jax.jit(trainer.algorithm.update)
+    args = (state.params, state.algo_state, batch)
+    _, _, edge = update(*args, config.hp, jax.random.key(2))
+    assert float(edge["trpo/quadratic_kl"]) == pytest.approx(0.01, rel=1e-3)  # max_kl
+    capped = config.hp.replace(natural_lr=jnp.float32(1e-3))
+    _, _, small = update(*args, capped, jax.random.key(2))
+    # alpha = 1e-3 F^-1 g, far inside the region (the closed form: test_trust_region.py)
+    assert float(small["trpo/quadratic_kl"]) < 1e-2 * float(edge["trpo/quadratic_kl"])
+    assert abs(float(small["trpo/kl"])) < 1e-2 * float(edge["trpo/kl"])  # ~0, to rounding
+    assert float(small["trpo/step_fraction"]) == 1.0 and float(small["trpo/accepted"]) == 1.0
+
+
 def test_the_update_evaluates_line_search_batch_candidates_at_a_time(monkeypatch):
     """`line_search_batch` reaches the line search, and the update it gives is the one of all
     candidates at once (to rounding)."""

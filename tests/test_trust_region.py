@@ -157,6 +157,31 @@ def test_scaled_step_has_quadratic_kl_equal_to_max_kl(mode, max_kl):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_max_scale_caps_the_step_at_max_scale_times_the_natural_gradient(mode):
+    """ACKTR's rule: alpha = min(max_scale, sqrt(2 delta / g^T F^-1 g)), the direction F^-1 g
+    either way; 0 leaves TRPO's step bit for bit."""
+    nets, params, obs = tiny_policy(True)
+    kl_fn = tr.mean_kl_fn(nets.policy, params, obs)
+    grad = jax.tree.map(lambda x: jax.random.normal(jax.random.key(5), x.shape), params)
+    max_kl, damping = 0.01, 0.1
+    hess, _ = dense_kl_hessian(kl_fn, params)
+    f = hess + damping * jnp.eye(hess.shape[0])
+    g = ravel_pytree(grad)[0]
+    natural = jnp.linalg.solve(f, g)
+    edge = float(jnp.sqrt(2 * max_kl / (g @ natural)))
+    step = maybe_jit(
+        lambda g, cap: tr.natural_step(kl_fn, params, g, max_kl, damping, 40, max_scale=cap), mode
+    )
+    for cap in (0.25 * edge, 4.0 * edge):  # the cap binds, then the region does
+        s = ravel_pytree(step(grad, jnp.float32(cap)).step)[0]
+        np.testing.assert_allclose(s, min(cap, edge) * natural, rtol=2e-3, atol=1e-7)
+    plain = maybe_jit(lambda g: tr.natural_step(kl_fn, params, g, max_kl, damping, 40), mode)
+    np.testing.assert_array_equal(
+        ravel_pytree(step(grad, jnp.float32(0.0)).step)[0], ravel_pytree(plain(grad).step)[0]
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_categorical_fisher_in_logit_space(mode):
     logits = jnp.array([0.3, -1.2, 2.0, 0.1])
     policy = lambda params, obs: distrax.Categorical(logits=params)

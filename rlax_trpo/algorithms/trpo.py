@@ -9,7 +9,7 @@ One update, as in the paper's practical algorithm (App. C) and sb3-contrib's TRP
     g  = grad L(theta_old)
     s  = CG(F + d I, g)                    F: Hessian of mean KL(pi_old || pi_theta); jax.scipy's
                                            cg, <= cg_iters steps, to ||F s - g|| <= cg_tol ||g||
-    step = sqrt(2 delta / s^T F s) * s
+    step = sqrt(2 delta / s^T F s) * s    (or min(natural_lr, that) * s: ACKTR's capped step)
     trpo: theta <- first of theta + beta^j step with KL <= slack delta and L gain > 0, else theta
     npg:  theta <- theta + step            (the scaled natural step, no line search)
     critic: `value_epochs` x `value_minibatches` Adam steps on 0.5 (V - R)^2
@@ -90,6 +90,7 @@ class NPGHParams(AdvantageHParams, CriticFitterHParams):
     damping: Any = hp_field(0.1, ge=0)
     cg_tol: Any = hp_field(1e-5, ge=0)  # CG stops at ||F s - g|| <= cg_tol ||g||
     ent_coef: Any = hp_field(0.0, ge=0)  # c: the step increases L(theta) + c H(pi_theta)
+    natural_lr: Any = hp_field(0.0, ge=0)  # > 0: step min(natural_lr, alpha) F^-1 g (ACKTR)
 
 
 @flax.struct.dataclass
@@ -177,6 +178,7 @@ def trust_region_step(
         config.cg_iters,
         hp.cg_tol,
         config.cg_solver,
+        hp.natural_lr,
     )
 
     def evaluate(candidate: Any) -> tuple[jax.Array, jax.Array]:
