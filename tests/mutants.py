@@ -454,7 +454,7 @@ MUTANTS = [
       "alpha = alpha",
       ("tests/test_trust_region.py", "-k", "max_scale")),
     M("natural-step-cap-not-passed", "rlax_trpo/algorithms/trpo.py",
-      "        hp.natural_lr,\n", "",
+      "config.cg_solver, hp.natural_lr)", "config.cg_solver)",
       ("tests/test_trpo.py", "-k", "natural_lr")),
     M("log-barrier-is-the-entropy", "rlax_trpo/losses.py",
       "return log_p.mean(-1) + jnp.log(log_p.shape[-1])",

@@ -169,17 +169,8 @@ def trust_region_step(
     (NPG) the step as it is. Any estimator of L fits: the single path's importance-sampled
     surrogate (`surrogate_fn`) or the vine's (`rlax_trpo.algorithms.vine`)."""
     surrogate_old, grad = jax.value_and_grad(surrogate)(policy_params)
-    nat = tr.natural_step(
-        fisher_kl,
-        policy_params,
-        grad,
-        hp.max_kl,
-        hp.damping,
-        config.cg_iters,
-        hp.cg_tol,
-        config.cg_solver,
-        hp.natural_lr,
-    )
+    solve = (hp.max_kl, hp.damping, config.cg_iters, hp.cg_tol, config.cg_solver, hp.natural_lr)
+    nat = tr.natural_step(fisher_kl, policy_params, grad, *solve)
 
     def evaluate(candidate: Any) -> tuple[jax.Array, jax.Array]:
         return surrogate(candidate) - surrogate_old, batch_kl(candidate)
