@@ -97,23 +97,25 @@ def _bundled(pattern: re.Pattern) -> list[str]:
     return [n for n in bundled_config_names() if pattern.search(n)]
 
 
-def _pytest_steps(out: Path, tiny: bool) -> list[Step]:
+def _pytest_steps(out: Path, tiny: bool, workers: int) -> list[Step]:
     junit = out / "steps"
     ignore = []  # the notebook tests need Jupyter (nbclient), which GPU images rarely have
     if importlib.util.find_spec("nbclient") is None:
         ignore = ["--ignore", "tests/test_notebooks.py"]
-    workers = []
-    if not tiny and importlib.util.find_spec("xdist") is not None:
-        workers = ["-n", "4", "--dist", "loadfile"]
-    fast = ["tests/test_advantages.py"] if tiny else ["-m", "not slow", *workers]
-    slow = ["-m", "slow", "--collect-only"] if tiny else ["-m", "slow"]
+    xdist = []
+    if not tiny and workers > 1 and importlib.util.find_spec("xdist") is not None:
+        xdist = ["-n", str(workers), "--dist", "loadfile"]
+    fast = ["tests/test_advantages.py"] if tiny else ["-m", "not slow", *xdist]
+    slow = ["-m", "slow", "--collect-only"] if tiny else ["-m", "slow", *xdist]
     # -v: each test's outcome is in the step's log as it ends, so a step cut by its limit
     # (before pytest writes its JUnit report) still says which tests failed.
     base = [PY, "-m", "pytest", "-v", "-p", "no:cacheprovider", *ignore]
     env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}  # several test processes share the GPU
     return [
         Step("tests", [*base, *fast, f"--junitxml={junit / 'tests.xml'}"], 540, "pytest", env),
-        Step("learning", [*base, *slow, f"--junitxml={junit / 'learning.xml'}"], 540, "pytest"),
+        Step(
+            "learning", [*base, *slow, f"--junitxml={junit / 'learning.xml'}"], 540, "pytest", env
+        ),
     ]
 
 
@@ -173,11 +175,13 @@ def _run_steps(out: Path, tiny: bool, craftax_steps: int | None) -> list[Step]:
     return steps
 
 
-def plan(out: Path, tiny: bool, purejaxrl: Path | None, craftax_steps: int | None) -> list[Step]:
-    """Every step of the suite, in order."""
+def plan(
+    out: Path, tiny: bool, purejaxrl: Path | None, craftax_steps: int | None, workers: int = 4
+) -> list[Step]:
+    """Every step of the suite, in order (`workers`: xdist processes of each pytest step)."""
     return [
         Step("env", [PY, "-c", ENV_PROBE], 120, "lines"),
-        *_pytest_steps(out, tiny),
+        *_pytest_steps(out, tiny, workers),
         *_ppo_steps(out, tiny, purejaxrl),
         *_run_steps(out, tiny, craftax_steps),
     ]
@@ -332,6 +336,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="env steps of the Craftax step (default: its config's)",
     )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=4,
+        metavar="N",
+        help="xdist processes of each pytest step, sharing the GPU (default 4; 1: none)",
+    )
     p.add_argument("--list", action="store_true", help="print the steps and exit")
     args = p.parse_args(argv)  # fmt: skip
     if not args.list and args.out is None:
@@ -344,6 +355,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise SystemExit(_bad(f"{str(args.out)!r} exists and is not empty"))
     if args.purejaxrl is not None and not args.purejaxrl.is_file():
         raise SystemExit(_bad(f"--purejaxrl: {str(args.purejaxrl)!r} does not exist"))
+    if args.workers < 1:
+        raise SystemExit(_bad(f"--workers: must be at least 1 (got {args.workers})"))
     if args.deadline is not None and args.deadline <= 0:
         raise SystemExit(_bad(f"--deadline: must be positive (got {args.deadline})"))
     return args
@@ -353,7 +366,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = (args.out or Path("gpu_suite_out")).resolve()
     purejaxrl = args.purejaxrl or (DEFAULT_PUREJAXRL if DEFAULT_PUREJAXRL.is_file() else None)
-    steps = select(plan(out, args.budget == "tiny", purejaxrl, args.craftax_steps), args.steps)
+    steps = select(
+        plan(out, args.budget == "tiny", purejaxrl, args.craftax_steps, args.workers), args.steps
+    )
     if args.list:
         for s in steps:
             print(f"{s.name:28s} {s.timeout:5.0f}s  {s.skip or shlex.join(s.command)}")

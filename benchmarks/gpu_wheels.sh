@@ -26,6 +26,22 @@ if [[ $# -eq 1 && ! -d "$1" ]]; then
     echo "gpu_wheels.sh: $1 is not a directory (a PureJaxRL clone)" >&2
     exit 2
 fi
+if [[ $# -eq 1 ]]; then
+    set -- "$(cd "$1" && pwd)"  # absolute: the script works from the checkout's root
+fi
+# PureJaxRL's file $2 from the clone $1 (a work tree, or a git directory) on stdout.
+purejaxrl_file() {
+    if [[ -f "$1/purejaxrl/$2" ]]; then
+        cat "$1/purejaxrl/$2"
+    else
+        git --git-dir="$1" show "HEAD:purejaxrl/$2" 2>/dev/null ||
+            git -C "$1" show "HEAD:purejaxrl/$2" 2>/dev/null
+    fi
+}
+if [[ $# -eq 1 ]] && ! purejaxrl_file "$1" ppo.py >/dev/null; then
+    echo "gpu_wheels.sh: $1 holds no purejaxrl/ppo.py (neither a work tree nor a git directory of PureJaxRL)" >&2
+    exit 2
+fi
 cd "$(dirname "$0")/.."
 out=wheelhouse
 python=${PYTHON:-python3}
@@ -53,13 +69,9 @@ done
 
 if [[ $# -ge 1 ]]; then
     mkdir -p "$out/purejaxrl"
-    for f in ppo.py wrappers.py; do
-        if [[ -f "$1/purejaxrl/$f" ]]; then
-            cp "$1/purejaxrl/$f" "$out/purejaxrl/$f"
-        else
-            git --git-dir="$1" show "HEAD:purejaxrl/$f" >"$out/purejaxrl/$f" 2>/dev/null ||
-                git -C "$1" show "HEAD:purejaxrl/$f" >"$out/purejaxrl/$f"
-        fi
+    for f in ppo.py wrappers.py; do  # whole files only: through a temporary name
+        purejaxrl_file "$1" "$f" >"$out/purejaxrl/$f.part"
+        mv "$out/purejaxrl/$f.part" "$out/purejaxrl/$f"
     done
 fi
 

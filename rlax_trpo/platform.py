@@ -17,7 +17,8 @@ default backend):
   vmapped environment step (every gymnax reset draws a random start state) that loop runs
   with loop-carried copies, about 100 tiny kernels per draw. Straight-line, XLA fuses the
   hash into one kernel; the bits are identical. `RLAX_TRPO_THREEFRY=rolled` keeps jax's
-  lowering. benchmarks/device_scaling.py measures both.
+  lowering. benchmarks/device_scaling.py measures both. Not on jaxlib 0.11, whose XLA:CPU
+  does not finish compiling it (`straight_threefry_compiles`).
 - **Linear algebra without LAPACK** (`lapack_free_linalg_on_cpu`): jaxlib 0.10's batched
   LAPACK kernels (Cholesky, triangular solve, LU, QR) split a large batch into tasks on
   XLA's intra-op pool and wait for them from a thread of that same pool; once every pool
@@ -58,11 +59,36 @@ _FORCE_FLAG = "--xla_force_host_platform_device_count"
 # XLA:CPU flags for work where compiling costs more than running: test suites, smoke runs,
 # many short runs of small programs. The legacy elemental emitters at LLVM optimisation level 0
 # compile a 640-step PPO CartPole run's three programs in 3.9 s instead of 9.5 s (2-core AMD
-# EPYC, jax 0.10.2). The code they make runs slower, and it rounds differently in the last bits
-# from the default build; two programs that contain the same computation (an initialisation
-# alone and inside a training run) can also round it differently from each other, where the
-# default build happens to agree. Add them to XLA_FLAGS before JAX starts.
-FAST_COMPILE_XLA_FLAGS = "--xla_cpu_use_fusion_emitters=false --xla_backend_optimization_level=0"
+# EPYC, jax 0.10.2); jaxlib 0.11.1 removed the legacy emitters and their flag (XLA stops the
+# process at start on a flag it does not know), and there level 0 alone halves the compile
+# (8.3-8.9 s to 4.2-4.4 s, jax 0.11.2). The code they make runs slower, and it rounds
+# differently in the last bits from the default build; two programs that contain the same
+# computation (an initialisation alone and inside a training run) can also round it
+# differently from each other, where the default build happens to agree. Add them to
+# XLA_FLAGS before JAX starts.
+LEGACY_EMITTERS_UNTIL = (0, 11, 1)  # the first jaxlib without --xla_cpu_use_fusion_emitters
+
+
+def jaxlib_version() -> tuple[int, ...]:
+    """The installed jaxlib's version as numbers (from its metadata: JAX is not started)."""
+    import importlib.metadata
+    import re
+
+    try:
+        text = importlib.metadata.version("jaxlib")
+    except importlib.metadata.PackageNotFoundError:
+        return ()
+    return tuple(int(n) for n in re.findall(r"\d+", text.split("+")[0])[:3])
+
+
+def fast_compile_xla_flags(version: tuple[int, ...] | None = None) -> str:
+    """`FAST_COMPILE_XLA_FLAGS` for jaxlib `version` (default: the installed one)."""
+    version = jaxlib_version() if version is None else version
+    legacy = "--xla_cpu_use_fusion_emitters=false " if version < LEGACY_EMITTERS_UNTIL else ""
+    return legacy + "--xla_backend_optimization_level=0"
+
+
+FAST_COMPILE_XLA_FLAGS = fast_compile_xla_flags()
 
 
 def cpu_name() -> str:
@@ -218,13 +244,30 @@ def _backends_started() -> bool:
         return False
 
 
+# jaxlib 0.11.0 to 0.11.2: XLA:CPU's LLVM loop vectoriser does not finish compiling the
+# straight-line hash once it is vmapped over 3 or more keys (stuck in
+# llvm::vputils::onlyFirstLaneUsed; docs/upstream/cpu_threefry_straight_line_hang.md), which
+# made `python train.py` compile for ever; jaxlib 0.10.2 compiles it in under a second.
+STRAIGHT_THREEFRY_BEFORE = (0, 11, 0)
+
+
+def straight_threefry_compiles(version: tuple[int, ...] | None = None) -> bool:
+    """Whether XLA:CPU of jaxlib `version` (default: the installed one) compiles the
+    straight-line threefry (see STRAIGHT_THREEFRY_BEFORE)."""
+    version = jaxlib_version() if version is None else version
+    return version < STRAIGHT_THREEFRY_BEFORE
+
+
 def unroll_threefry_on_cpu() -> bool:
     """Lower `threefry2x32` on CPU as jax does on GPU: straight-line, no `fori_loop`.
 
     Affects programs compiled afterwards; the random bits are the same either way. Uses
     jax's private lowering table (there is no public switch); returns False and changes
-    nothing where that is not as expected.
+    nothing where that is not as expected, or where this jaxlib's XLA:CPU cannot compile
+    it (`straight_threefry_compiles`).
     """
+    if not straight_threefry_compiles():
+        return False
     try:
         from jax._src.interpreters import mlir
         from jax._src.random import threefry2x32 as threefry

@@ -9,7 +9,8 @@ from suite_env import set_defaults  # noqa: E402
 
 set_defaults()
 
-from rlax_trpo.platform import FAST_COMPILE_XLA_FLAGS  # noqa: E402 (imports no jax)
+from rlax_trpo import platform  # noqa: E402 (imports no jax)
+from rlax_trpo.platform import FAST_COMPILE_XLA_FLAGS  # noqa: E402
 
 
 def _accelerator_installed() -> bool:
@@ -42,10 +43,20 @@ if ACCELERATOR:
 # allows for rounding, and compares bit for bit only within one program or where the same
 # programs run again (a resumed run against an uninterrupted one). RLAX_TRPO_TEST_XLA_FLAGS=""
 # turns them off.
-# XLA:CPU's flags only where the backend is the CPU (a GPU run takes no XLA:CPU flags).
+# XLA:CPU's flags only where the backend is the CPU. On a GPU: no autotuning (a process picks
+# each matrix product's kernel by timing the candidates, so two processes running the same
+# program could pick, and round, differently; autotuning was also much of each compile) and
+# deterministic reductions and scatters (XLA's GPU atomics add in an order that varies from
+# run to run): the suite's bitwise claims (a resumed run against an uninterrupted one) hold on
+# the GPU under exactly these two flags.
+GPU_TEST_XLA_FLAGS = "--xla_gpu_autotune_level=0 --xla_gpu_deterministic_ops=true"
 FAST_COMPILE = os.environ.get(
-    "RLAX_TRPO_TEST_XLA_FLAGS", "" if ACCELERATOR else FAST_COMPILE_XLA_FLAGS
+    "RLAX_TRPO_TEST_XLA_FLAGS", GPU_TEST_XLA_FLAGS if ACCELERATOR else FAST_COMPILE_XLA_FLAGS
 )
+# Processes a test starts run where the test itself runs (the CPU here, the GPU on a GPU
+# machine), so that what they compute compares with what the test computes in its own process.
+# Tests of several CPU devices (--xla_force_host_platform_device_count) pin theirs to the CPU.
+SAME_BACKEND = {} if ACCELERATOR else {"JAX_PLATFORMS": "cpu"}
 # (xdist workers import this file again with the environment set here: keep the user's own.)
 USER_XLA_FLAGS = os.environ.setdefault("RLAX_TRPO_USER_XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
 os.environ["XLA_FLAGS"] = f"{USER_XLA_FLAGS} {FAST_COMPILE}".strip()
@@ -54,7 +65,10 @@ os.environ["XLA_FLAGS"] = f"{USER_XLA_FLAGS} {FAST_COMPILE}".strip()
 # compile (the learning tests): the fast-compile flags make code that runs about 2x slower
 # (PPO on CartPole, 4 seeds x 1e5 steps: 12 s compile + 58 s run under the flags, 22 s + 19 s
 # with these options). `jit_default_codegen(f)` is `jax.jit(f)` compiled with them.
-DEFAULT_CODEGEN = {"xla_backend_optimization_level": 3, "xla_cpu_use_fusion_emitters": True}
+# (jaxlib 0.11.1 and later have only the fusion emitters, and no option to name them.)
+DEFAULT_CODEGEN = {"xla_backend_optimization_level": 3}
+if platform.jaxlib_version() < platform.LEGACY_EMITTERS_UNTIL:
+    DEFAULT_CODEGEN["xla_cpu_use_fusion_emitters"] = True
 
 
 def jit_default_codegen(fun, **kwargs):

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import conftest
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -63,7 +64,7 @@ CLI = "\n".join(
     ]
 )
 SMALL = ["total_env_steps=4096", "--no-progress"]  # 32 iterations of 16 envs x 8 steps
-ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
+ENV = {**os.environ, **conftest.SAME_BACKEND}
 
 
 def doc_files() -> dict[str, str]:

@@ -17,6 +17,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import conftest
 import pytest
 from probe_envs import register_probes
 
@@ -82,7 +83,7 @@ PHASES = {  # phase -> (module, function, call): where the process dies
 
 def _run_killed(where: tuple[str, str, int], argv: list[str], cwd: Path):
     (cwd / "tmp").mkdir()  # the process's temporary folder: a kill leaves nothing there
-    env = {**os.environ, "ROOT": str(ROOT), "JAX_PLATFORMS": "cpu", "TMPDIR": str(cwd / "tmp")}
+    env = {**os.environ, "ROOT": str(ROOT), **conftest.SAME_BACKEND, "TMPDIR": str(cwd / "tmp")}
     cmd = [sys.executable, "-c", KILL_AT, *map(str, where), *argv]
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
@@ -127,7 +128,7 @@ HOLD_AFTER_FIRST_CHUNK = textwrap.dedent("""
 
 def test_a_second_writer_fails_at_once_and_the_first_is_unharmed(reference, tmp_path):
     out, go = tmp_path / "run", tmp_path / "go"
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "ROOT": str(ROOT), "GO": str(go)}
+    env = {**os.environ, **conftest.SAME_BACKEND, "ROOT": str(ROOT), "GO": str(go)}
     cmd = [sys.executable, str(ROOT / "train.py"), *TINY]
     first = subprocess.Popen(
         [sys.executable, "-c", HOLD_AFTER_FIRST_CHUNK, *TINY, "--out", str(out)],
@@ -343,7 +344,7 @@ def test_a_full_disk_at_a_checkpoint_is_one_line_and_keeps_the_results(which, un
         pytest.skip("cannot mount a tmpfs here (needs root)")
     try:
         out, chunked = disk / "run", which == "a later one"
-        env = {**os.environ, "ROOT": str(ROOT), "JAX_PLATFORMS": "cpu", "DISK": str(disk)}
+        env = {**os.environ, "ROOT": str(ROOT), **conftest.SAME_BACKEND, "DISK": str(disk)}
         env.update(FREE="3", FILL_AT="2" if chunked else "1")
         argv = [*(TINY if chunked else TINY[:-2]), "--out", str(out)]
         proc = subprocess.run([sys.executable, "-c", FILL_BEFORE_SAVE, *argv], cwd=tmp_path,

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import conftest
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -274,7 +275,7 @@ def test_a_killed_memory_run_resumes_to_the_same_metrics(memory_run, tmp_path):
     from test_faults import KILL_AT
 
     out = tmp_path / "run"
-    env = {**os.environ, "ROOT": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "ROOT": str(ROOT), **conftest.SAME_BACKEND}
     where = ["rlax_trpo.experiment.chunks", "_chunk_metrics", "3"]
     argv = [*SMALL, "--chunk-iterations", "2", "--out", str(out)]
     proc = subprocess.run(

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import conftest
 import jax
 import numpy as np
 import pytest
@@ -65,7 +66,7 @@ def test_interrupt_then_resume_equals_uninterrupted(uninterrupted, tmp_path, sig
     """Chunks of 2, a signal, --resume: the same parameters and metrics.csv, bit for bit, as
     the run that compiled all 8 iterations into one call (so chunking is exact too)."""
     out = tmp_path / "run"
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, **conftest.SAME_BACKEND}
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "train.py"), *TINY, *CHUNK, "--out", str(out)],
         cwd=tmp_path,
@@ -95,7 +96,7 @@ def test_interrupt_then_resume_equals_uninterrupted(uninterrupted, tmp_path, sig
 
 
 def _start(argv: list[str], cwd: Path) -> subprocess.Popen:
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, **conftest.SAME_BACKEND}
     return subprocess.Popen([sys.executable, str(ROOT / "train.py"), *argv], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
 
