@@ -221,12 +221,21 @@ def _quickstart_reproducible() -> bool:
     many CPU devices as the committed run had, on the same CPU (XLA compiles for the host:
     the same code gave other per-seed returns on another CPU, and again on another virtual
     machine whose CPU is also named just "AMD EPYC": `cpu_signature` adds the family, model,
-    stepping and feature flags), and no GPU wrote them."""
+    stepping and feature flags), with the same jax (jax 0.11.2 gave other returns on the same
+    CPU), and no GPU wrote them."""
+    import jax
+
     from rlax_trpo.platform import cpu_signature, usable_cores
 
     committed = _committed_text(ROOT / "notebooks/quickstart.ipynb")
     devices = len(re.findall(r"CpuDevice\(id=\d+\)", committed))
-    return devices == usable_cores() and cpu_signature() in committed and "CUDA" not in committed
+    same_jax = f"| jax {jax.__version__} |" in committed
+    return (
+        devices == usable_cores()
+        and cpu_signature() in committed
+        and same_jax
+        and "CUDA" not in committed
+    )
 
 
 @pytest.mark.slow
@@ -236,7 +245,7 @@ def test_quickstart_outputs_are_what_the_code_prints_now(monkeypatch):
     returns with the committed outputs: a code change that changes them needs
     `python notebooks/execute.py quickstart.ipynb`."""
     if not _quickstart_reproducible():
-        pytest.skip("the committed outputs come from another device count or CPU model")
+        pytest.skip("the committed outputs come from another device count, CPU model or jax")
     path = ROOT / "notebooks/quickstart.ipynb"
     # The committed outputs come from XLA's default code generation, not the suite's
     # fast-compile flags (tests/conftest.py).

@@ -264,9 +264,12 @@ def test_building_a_program_makes_the_interpreter_wait_for_running_computations(
     def body(c, _):
         return jnp.tanh(c @ c * 0.01), None
 
+    # On the CPU, whatever the default backend: the CPU client is the one torn down under a
+    # running program (on a GPU machine the default device is not the one at stake).
+    x = jax.device_put(jnp.ones((256, 256)), jax.devices("cpu")[0])
     run = jax.jit(lambda x: jax.lax.scan(body, x, None, length=3000)[0])
-    run = run.lower(jnp.ones((256, 256))).compile()
-    y = run(jnp.ones((256, 256)))
+    run = run.lower(x).compile()
+    y = run(x)
     assert not y.is_ready(), "the computation ended before the check could see it run"
     platform.wait_for_live_arrays()
     assert y.is_ready()
