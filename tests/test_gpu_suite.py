@@ -72,6 +72,10 @@ def test_every_step_of_the_full_plan_is_selectable_by_name_or_group(tmp_path):
     assert len([n for n in names if n.startswith("minatar_")]) == 4
     assert {"env", "tests", "learning", "ppo_widths", "ppo_seeds", "trpo_seeds"} <= set(names)
     assert {"lm_add", "lm_max_digit", "lm_sort"} <= set(names)
+    tests = {s.name: s for s in suite.plan(tmp_path, False, None, None, 12)}
+    for name in ("tests", "learning"):  # --workers: the xdist processes of both pytest steps
+        command = tests[name].command
+        assert command[command.index("-n") + 1] == "12", command
     ppo = {s.name: s for s in steps}["ppo_widths"]
     assert ppo.skip and "PureJaxRL" in ppo.skip  # no ppo.py given: recorded, not run
 
@@ -82,6 +86,7 @@ def test_every_step_of_the_full_plan_is_selectable_by_name_or_group(tmp_path):
         (["--steps", "nope"], "--steps: unknown nope"),
         (["--purejaxrl", "/nonexistent/ppo.py"], "--purejaxrl"),
         (["--deadline", "0"], "--deadline: must be positive"),
+        (["--workers", "0"], "--workers: must be at least 1"),
     ],
 )
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, argv, message):
