@@ -47,8 +47,8 @@ if ACCELERATOR:
 # each matrix product's kernel by timing the candidates, so two processes running the same
 # program could pick, and round, differently; autotuning was also much of each compile) and
 # deterministic reductions and scatters (XLA's GPU atomics add in an order that varies from
-# run to run): the suite's bitwise claims (a resumed run against an uninterrupted one) hold on
-# the GPU under exactly these two flags.
+# run to run), so that the suite's bitwise claims (a resumed run against an uninterrupted one)
+# can hold on the GPU (not yet confirmed there: docs/gpu.md).
 GPU_TEST_XLA_FLAGS = "--xla_gpu_autotune_level=0 --xla_gpu_deterministic_ops=true"
 FAST_COMPILE = os.environ.get(
     "RLAX_TRPO_TEST_XLA_FLAGS", GPU_TEST_XLA_FLAGS if ACCELERATOR else FAST_COMPILE_XLA_FLAGS
