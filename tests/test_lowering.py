@@ -153,7 +153,11 @@ def test_the_check_flags_lapack_and_host_callbacks_lowered_for_cpu():
     assert any(t.startswith("lapack_") for t in cpu_only_calls(on_cpu)), on_cpu[-2000:]
     assert cpu_only_calls(eigh.lower(lowering_platforms=PLATFORMS).as_text()) == []
 
-    callback = jax.jit(lambda v: jax.debug.callback(print, v) or v + 1).trace(1.0)
+    # A host callback lowers only for the platform of the devices it runs on ("the platform for
+    # the specified backend cuda is different from the lowering platform cpu" on a GPU), so its
+    # argument is placed on the CPU device, which every backend's process also has.
+    on_cpu_device = jax.device_put(1.0, jax.devices("cpu")[0])
+    callback = jax.jit(lambda v: jax.debug.callback(print, v) or v + 1).trace(on_cpu_device)
     assert cpu_only_calls(callback.lower(lowering_platforms=("cpu",)).as_text()) != []
 
 
