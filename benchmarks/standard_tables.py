@@ -72,8 +72,9 @@ CELL_OVERRIDES = {
     ],
     ("minatar", "trpo", "Breakout-MinAtar"): [
         "hp.max_kl=0.1",
-        "hp.ent_coef=0.1",
+        "hp.ent_coef=0.03",
         "hp.value_learning_rate=0.01",
+        "entropy_bonus=log_barrier",
     ],
     ("minatar", "trpo", "SpaceInvaders-MinAtar"): ["hp.max_kl=0.03"],
     ("minatar", "trpo", "Asterix-MinAtar"): ["hp.max_kl=0.03"],
