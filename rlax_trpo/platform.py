@@ -220,19 +220,33 @@ _EXIT_WAIT_REGISTERED = False
 
 
 def wait_for_live_arrays() -> None:
-    """Block until every live array of a started backend is computed (or failed)."""
+    """Block until every live array of every started backend is computed (or failed): on a
+    GPU machine the CPU client's arrays too (`jax.live_arrays()` lists the default backend's
+    alone)."""
     jax = sys.modules.get("jax")
     if jax is None or not _backends_started():
         return
-    try:
-        arrays = jax.live_arrays()
-    except Exception:  # a backend that cannot list its arrays: nothing to wait for here
-        return
+    arrays = []
+    for platform in _started_platforms():
+        try:
+            arrays += jax.live_arrays(platform)
+        except Exception:  # a backend that cannot list its arrays: nothing to wait for there
+            pass
     for array in arrays:
         try:
             array.block_until_ready()
         except Exception:  # deleted or failed: its computation is over either way
             pass
+
+
+def _started_platforms() -> list[str | None]:
+    """The platforms whose backends are started (once one is, jax has started them all)."""
+    try:
+        from jax._src import xla_bridge
+
+        return sorted(xla_bridge.backends())  # started already: no new backend is made
+    except Exception:  # jax's internals moved: the default backend at least
+        return [None]
 
 
 def _backends_started() -> bool:

@@ -275,6 +275,21 @@ def test_building_a_program_makes_the_interpreter_wait_for_running_computations(
     assert y.is_ready()
 
 
+def test_the_exit_wait_asks_every_started_backend_for_its_arrays(monkeypatch):
+    # `jax.live_arrays()` lists the default backend's arrays alone: on a GPU machine the CPU
+    # client's (the one torn down under a running program) were not waited for. Checked on
+    # any machine by what the wait asks jax for.
+    import jax
+
+    import rlax_trpo.platform as platform
+
+    jax.numpy.ones(3).block_until_ready()  # the backends are started
+    asked, real = [], jax.live_arrays
+    monkeypatch.setattr(jax, "live_arrays", lambda p=None: asked.append(p) or real(p))
+    platform.wait_for_live_arrays()
+    assert "cpu" in asked, asked
+
+
 def test_the_fast_compile_flags_are_the_ones_the_installed_jaxlib_knows():
     # XLA stops the process at its start on a flag it does not know (the whole suite would
     # exit at once, printing nothing): the legacy-emitter flag only before jaxlib 0.11.1.
