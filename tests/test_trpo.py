@@ -270,6 +270,37 @@ def test_with_no_advantage_the_bonus_alone_raises_the_entropy_inside_the_trust_r
 
 
 @pytest.mark.parametrize("algorithm", ["trpo", "npg"])
+def test_an_annealed_ent_coef_falls_linearly_to_zero_over_the_run(algorithm):
+    # anneal_ent_coef: at iteration k of N the step is the one of ent_coef c (1 - k/N). The
+    # iteration is read off the critic's optimiser (value_epochs x value_minibatches = 2 steps
+    # an iteration), so setting its count places the update at iteration k.
+    base = dict(algorithm=algorithm, num_envs=2, num_steps=64, total_env_steps=512,
+                hidden_sizes=[16], value_minibatches=2, value_epochs=1,
+                hp={"ent_coef": 0.5, "max_kl": 0.01})  # fmt: skip
+    config = Config.create(**base, anneal_ent_coef=True)
+    assert config.num_iterations == 4 and not Config.create(**base).anneal_ent_coef
+    trainer, state, batch = one_batch(config)
+    plain = make_trainer(Config.create(**base))
+
+    def step(trainer, iteration, ent_coef):
+        critic = state.algo_state.value_opt_state
+        algo_state = state.algo_state._replace(
+            value_opt_state=critic._replace(count=jnp.int32(2 * iteration))
+        )
+        hp = config.hp.replace(ent_coef=jnp.float32(ent_coef))
+        new, _, _ = jax.jit(trainer.algorithm.update)(
+            state.params, algo_state, batch, hp, jax.random.key(2)
+        )
+        return np.concatenate([np.ravel(x) for x in jax.tree.leaves(new.policy)])
+
+    full, half = step(plain, 0, 0.5), step(plain, 0, 0.25)
+    assert np.abs(full - half).max() > 1e-4  # the coefficient moves the step
+    np.testing.assert_allclose(step(trainer, 0, 0.5), full, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(step(trainer, 2, 0.5), half, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(step(plain, 2, 0.5), full, rtol=1e-6, atol=1e-7)  # unannealed
+
+
+@pytest.mark.parametrize("algorithm", ["trpo", "npg"])
 def test_natural_lr_caps_the_update_below_the_trust_region(algorithm):
     config = Config.create(algorithm=algorithm, num_envs=2, num_steps=64, total_env_steps=128,
                            hidden_sizes=[16], value_minibatches=2, value_epochs=1)  # fmt: skip

@@ -5,7 +5,8 @@ One update, as in the paper's practical algorithm (App. C) and sb3-contrib's TRP
     A  <- advantages of the batch, normalised over the batch (optional)
     L(theta) = mean_n pi_theta(a_n|s_n) / pi_old(a_n|s_n) * A_n        surrogate
              + c mean_n H(pi_theta(.|s_n))        with an entropy bonus c = `hp.ent_coef` (0)
-               (or -c mean_n KL(U || pi_theta(.|s_n)), `entropy_bonus: log_barrier`)
+               (or -c mean_n KL(U || pi_theta(.|s_n)), `entropy_bonus: log_barrier`;
+               c falls linearly to 0 over the run with `anneal_ent_coef`)
     g  = grad L(theta_old)
     s  = CG(F + d I, g)                    F: Hessian of mean KL(pi_old || pi_theta); jax.scipy's
                                            cg, <= cg_iters steps, to ||F s - g|| <= cg_tol ||g||
@@ -68,6 +69,7 @@ class NPGFields(AdvantageFields, CriticFitterFields):
     vine_horizon: int = Field(32, gt=0)
     vine_bootstrap: bool = True
     entropy_bonus: Literal["entropy", "log_barrier"] = "entropy"  # what hp.ent_coef weighs
+    anneal_ent_coef: bool = False  # hp.ent_coef decays linearly to 0 over the run
 
     # a changed value without its condition is refused; defaults (as every saved config.yaml
     # holds them) are not
@@ -127,6 +129,16 @@ def with_entropy_bonus(surrogate: Any, entropy: Any, ent_coef: jax.Array):
     c = 0 (the default) is the plain surrogate.
     """
     return lambda params: surrogate(params) + ent_coef * entropy(params)
+
+
+def annealed_ent_coef(config: Config, hp: HParams, critic_opt_state: Any) -> HParams:
+    """`hp` with `ent_coef` decayed linearly to 0 over the run when `config.anneal_ent_coef`
+    (as PPO's `anneal_lr`). The iteration is read off the critic's optimiser, which takes
+    `value_epochs x value_minibatches` steps an iteration, so the state needs no counter."""
+    if not config.anneal_ent_coef:
+        return hp
+    iteration = critic_opt_state.count // (config.value_epochs * config.value_minibatches)
+    return hp.replace(ent_coef=hp.ent_coef * (1.0 - iteration / config.num_iterations))
 
 
 def policy_bonus(config: Config, networks: Networks) -> Any:
@@ -238,6 +250,7 @@ def _make_trust_region_method(config: Config, networks: Networks, line_search: b
 
     def update(params: Params, state: TRPOState, batch: Batch, hp: HParams, key: jax.Array):
         flat = layout.learner(batch)
+        hp = annealed_ent_coef(config, hp, state.value_opt_state)
         policy, metrics = policy_step(params.policy, flat, hp)
         value, value_opt_state, value_loss = critic.fit(
             params.value, state.value_opt_state, flat, hp, key
@@ -283,6 +296,7 @@ def _with_vine(
         return VineBatch(batch, traj.branches, jax.lax.stop_gradient(q))
 
     def update(params: Params, state: TRPOState, batch: VineBatch, hp: HParams, key: jax.Array):
+        hp = annealed_ent_coef(config, hp, state.value_opt_state)
         obs = batch.branches.obs
         stride = every_kth(config.fisher_fraction)
         entropy = lambda params: networks.policy(params, obs).entropy().mean()
