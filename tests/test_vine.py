@@ -147,6 +147,22 @@ def test_the_branches_count_in_the_budget_and_bad_settings_are_refused():
     assert Config.create(**single.to_dict()).to_dict() == single.to_dict()
 
 
+def test_the_vine_anneals_its_ent_coef_too():
+    # anneal_ent_coef in the vine's update: iteration 0 takes the full coefficient (the same
+    # step as without annealing), iteration 1 two thirds of it (a different step).
+    base = dict(algorithm="trpo", sampling="vine", num_envs=2, num_steps=64, vine_states=16,
+                vine_horizon=8, total_env_steps=3 * 384, hidden_sizes=[16], value_epochs=1,
+                value_minibatches=2, hp={"ent_coef": 0.5, "max_kl": 0.01})  # fmt: skip
+    gains = {}
+    for anneal in (False, True):
+        config = Config.create(**base, anneal_ent_coef=anneal)
+        _, metrics = jax.jit(make_train(config))(jax.random.key(0), config.hp)
+        gains[anneal] = np.asarray(metrics["trpo/expected_improvement"])
+    assert gains[True].shape == (3,)
+    np.testing.assert_allclose(gains[True][0], gains[False][0], rtol=1e-5)
+    assert abs(gains[True][1] - gains[False][1]) > 1e-3 * abs(gains[False][1]), gains
+
+
 @pytest.mark.slow
 def test_vine_trpo_learns_cartpole():
     config = load_config(
