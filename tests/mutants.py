@@ -208,7 +208,7 @@ MUTANTS = [
       "            array.block_until_ready()", "            array.is_ready()",
       ("tests/test_platform.py", "-k", "wait_for_running")),
     M("ent-coef-anneal-ignored", "rlax_trpo/algorithms/trpo.py",
-      "return hp.replace(ent_coef=hp.ent_coef * (1.0 - iteration / config.num_iterations))",
+      "return hp.replace(ent_coef=linear_decay(hp.ent_coef, iteration, config.num_iterations))",
       "return hp",
       ("tests/test_trpo.py", "-k", "annealed_ent_coef")),
     M("ent-coef-anneal-not-applied", "rlax_trpo/algorithms/trpo.py",

@@ -44,12 +44,16 @@ def set_learning_rate(opt_state: Any, learning_rate: jax.Array) -> Any:
     return opt_state._replace(hyperparams=hyper)
 
 
+def linear_decay(value: jax.Array, iteration: jax.Array, num_iterations: int) -> jax.Array:
+    """`value` at `iteration` of a linear decay to 0 over `num_iterations`."""
+    return value * (1.0 - iteration.astype(jnp.float32) / num_iterations)
+
+
 def anneal(config: Config, learning_rate: jax.Array, updates: jax.Array) -> jax.Array:
     """Linear decay from `learning_rate` to 0 over the run when `config.anneal_lr`."""
     if not config.anneal_lr:
         return learning_rate
-    frac = 1.0 - updates.astype(jnp.float32) / config.num_iterations
-    return learning_rate * frac
+    return linear_decay(learning_rate, updates, config.num_iterations)
 
 
 def clip_by_global_norm(grads: Any, max_norm: jax.Array) -> tuple[Any, jax.Array]:

@@ -36,6 +36,7 @@ from rlax_trpo.algorithms.common import (
     BatchLayout,
     batch_layout,
     every_kth,
+    linear_decay,
     make_critic_batch,
     make_critic_fitter,
 )
@@ -138,7 +139,7 @@ def annealed_ent_coef(config: Config, hp: HParams, critic_opt_state: Any) -> HPa
     if not config.anneal_ent_coef:
         return hp
     iteration = critic_opt_state.count // (config.value_epochs * config.value_minibatches)
-    return hp.replace(ent_coef=hp.ent_coef * (1.0 - iteration / config.num_iterations))
+    return hp.replace(ent_coef=linear_decay(hp.ent_coef, iteration, config.num_iterations))
 
 
 def policy_bonus(config: Config, networks: Networks) -> Any:
