@@ -29,12 +29,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import importlib.util
 import math
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 from _publish import publish
@@ -93,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     sys.path.insert(0, str(scratch_copy(args.baselines)))
+    if importlib.util.find_spec("wandb") is None:
+        # ppo.py and logz import wandb; the one function that uses it is replaced below, so
+        # where it is not installed (the GPU image) an empty module stands in for it
+        sys.modules["wandb"] = types.ModuleType("wandb")
     ppo = importlib.import_module("ppo")
     logs: dict[int, list[dict]] = {}
 
