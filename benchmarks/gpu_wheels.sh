@@ -5,11 +5,14 @@
 # fetched. Craftax is brought for the Craftax-1M table; the other optional suites (Brax, MuJoCo
 # Playground, Jumanji) are left out: their tests and configs skip without them.
 #
-#   benchmarks/gpu_wheels.sh [PUREJAXRL]
+#   benchmarks/gpu_wheels.sh [PUREJAXRL [CRAFTAX_BASELINES]]
 #
 # PUREJAXRL: a clone of luchris429/purejaxrl (a bare git directory or a work tree); its
 # purejaxrl/ppo.py and wrappers.py are copied to wheelhouse/purejaxrl/ for the throughput
-# reference (PureJaxRL's code is never committed here). On the GPU machine:
+# reference. CRAFTAX_BASELINES: a clone of MichaelTMatthews/Craftax_Baselines; the files its
+# ppo.py needs go to wheelhouse/craftax_baselines/ for benchmarks/craftax_baselines.py
+# (--baselines wheelhouse/craftax_baselines). Neither project's code is ever committed here.
+# On the GPU machine:
 #
 #   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site wheelhouse/*.whl
 #   export PYTHONPATH=$PWD:/tmp/site
@@ -18,16 +21,27 @@ if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
     sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
     exit 0
 fi
-if [[ $# -gt 1 ]]; then
-    echo "gpu_wheels.sh: at most one argument (a PureJaxRL clone), got $#" >&2
+if [[ $# -gt 2 ]]; then
+    echo "gpu_wheels.sh: at most two arguments (a PureJaxRL clone, a Craftax_Baselines clone), got $#" >&2
     exit 2
 fi
-if [[ $# -eq 1 && ! -d "$1" ]]; then
+if [[ $# -eq 2 && ! -d "$2" ]]; then
+    echo "gpu_wheels.sh: $2 is not a directory (a Craftax_Baselines clone)" >&2
+    exit 2
+fi
+if [[ $# -eq 2 ]]; then
+    set -- "$1" "$(cd "$2" && pwd)"
+    if [[ ! -f "$2/ppo.py" ]] && ! git --git-dir="$2" cat-file -e HEAD:ppo.py 2>/dev/null; then
+        echo "gpu_wheels.sh: $2 holds no ppo.py (neither a work tree nor a git directory of Craftax_Baselines)" >&2
+        exit 2
+    fi
+fi
+if [[ $# -ge 1 && ! -d "$1" ]]; then
     echo "gpu_wheels.sh: $1 is not a directory (a PureJaxRL clone)" >&2
     exit 2
 fi
-if [[ $# -eq 1 ]]; then
-    set -- "$(cd "$1" && pwd)"  # absolute: the script works from the checkout's root
+if [[ $# -ge 1 ]]; then
+    set -- "$(cd "$1" && pwd)" "${@:2}"  # absolute: the script works from the checkout's root
 fi
 # PureJaxRL's file $2 from the clone $1 (a work tree, or a git directory) on stdout.
 purejaxrl_file() {
@@ -38,7 +52,7 @@ purejaxrl_file() {
             git -C "$1" show "HEAD:purejaxrl/$2" 2>/dev/null
     fi
 }
-if [[ $# -eq 1 ]] && ! purejaxrl_file "$1" ppo.py >/dev/null; then
+if [[ $# -ge 1 ]] && ! purejaxrl_file "$1" ppo.py >/dev/null; then
     echo "gpu_wheels.sh: $1 holds no purejaxrl/ppo.py (neither a work tree nor a git directory of PureJaxRL)" >&2
     exit 2
 fi
@@ -73,6 +87,17 @@ if [[ $# -ge 1 ]]; then
         purejaxrl_file "$1" "$f" >"$out/purejaxrl/$f.part"
         mv "$out/purejaxrl/$f.part" "$out/purejaxrl/$f"
     done
+fi
+
+if [[ $# -eq 2 ]]; then
+    rm -rf "$out/craftax_baselines" "$out/craftax_baselines.part"
+    mkdir -p "$out/craftax_baselines.part"
+    if [[ -f "$2/ppo.py" ]]; then
+        cp -r "$2/ppo.py" "$2/wrappers.py" "$2/models" "$2/logz" "$out/craftax_baselines.part/"
+    else
+        git --git-dir="$2" archive HEAD ppo.py wrappers.py models logz | tar x -C "$out/craftax_baselines.part"
+    fi
+    mv "$out/craftax_baselines.part" "$out/craftax_baselines"
 fi
 
 ls -l "$out"
