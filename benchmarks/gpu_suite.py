@@ -18,7 +18,8 @@ PureJaxRL's settings, 2048-65536 envs and 1/16/256 seeds of 2048 envs, with Pure
 Zoo CartPole configuration, 256/1024/4096 seeds); minatar: minatar_breakout,
 minatar_space_invaders, minatar_asterix, minatar_freeway (10M steps, 4 seeds each);
 recurrent (bundled configs with a recurrent policy, when there are any); craftax (bundled
-Craftax configs, when there are any); lm: lm_add, lm_max_digit, lm_sort.
+Craftax configs, when there are any, and craftax_baselines: Craftax_Baselines' own ppo.py at 4
+seeds, from wheelhouse/craftax_baselines); lm: lm_add, lm_max_digit, lm_sort.
 
 `--deadline S` ends the whole invocation within S seconds: each step's limit is cut to what
 is left, and steps that no longer fit are recorded as skipped. docs/gpu.md gives the wheels,
@@ -46,6 +47,7 @@ from typing import Any, NamedTuple
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 DEFAULT_PUREJAXRL = ROOT / "wheelhouse" / "purejaxrl" / "ppo.py"
+CRAFTAX_BASELINES = ROOT / "wheelhouse" / "craftax_baselines"  # benchmarks/gpu_wheels.sh
 MINATAR = {
     "breakout": "Breakout-MinAtar",
     "space_invaders": "SpaceInvaders-MinAtar",
@@ -165,6 +167,7 @@ def _run_steps(out: Path, tiny: bool, craftax_steps: int | None) -> list[Step]:
                                                            extra), 540, "run"))  # fmt: skip
         if not names:
             steps.append(Step(kind, [], 0, "run", skip=f"no bundled {what} config"))
+    steps.append(_craftax_baselines_step(out, tiny, craftax_steps))
     for task in LM_TASKS:
         name, config = f"lm_{task}", f"grpo_lm_{task}"
         extra = []
@@ -173,6 +176,20 @@ def _run_steps(out: Path, tiny: bool, craftax_steps: int | None) -> list[Step]:
             extra += ["warm_start_steps=2"] if task != "max_digit" else []
         steps.append(Step(name, _train(name, out, config, 1, extra), 300, "run"))
     return steps
+
+
+def _craftax_baselines_step(out: Path, tiny: bool, craftax_steps: int | None) -> Step:
+    """Craftax_Baselines' own ppo.py at 4 seeds beside the Craftax table (same release)."""
+    cmd = [PY, "benchmarks/craftax_baselines.py", "--baselines", str(CRAFTAX_BASELINES),
+           "--seeds", "4", "--json", str(out / "steps" / "craftax_baselines.json")]  # fmt: skip
+    if craftax_steps:
+        cmd += ["--steps", str(craftax_steps)]
+    skip = None
+    if tiny:
+        skip = "no tiny budget: the baseline's one update is 65536 env steps"
+    elif not (CRAFTAX_BASELINES / "ppo.py").is_file():
+        skip = "wheelhouse/craftax_baselines not found (benchmarks/gpu_wheels.sh)"
+    return Step("craftax_baselines", cmd, 540, "json", skip=skip)
 
 
 def plan(
