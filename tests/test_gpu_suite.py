@@ -80,6 +80,25 @@ def test_every_step_of_the_full_plan_is_selectable_by_name_or_group(tmp_path):
     assert ppo.skip and "PureJaxRL" in ppo.skip  # no ppo.py given: recorded, not run
 
 
+def test_the_craftax_baselines_step_runs_the_copied_baseline_or_says_why_not(tmp_path, monkeypatch):
+    def step(tiny, steps=None):
+        found = [s for s in suite.plan(tmp_path, tiny, None, steps) if s.name.startswith("craftax")]
+        assert found[-1].name == "craftax_baselines"  # in the craftax group, after the table
+        return found[-1]
+
+    copy = tmp_path / "craftax_baselines"
+    monkeypatch.setattr(suite, "CRAFTAX_BASELINES", copy)
+    assert "gpu_wheels.sh" in step(False).skip  # no copy: recorded, not run
+    copy.mkdir()
+    (copy / "ppo.py").write_text("")
+    full = step(False, 2_000_000)
+    assert full.skip is None and full.kind == "json"
+    cmd = full.command
+    assert cmd[cmd.index("--baselines") + 1] == str(copy) and cmd[cmd.index("--seeds") + 1] == "4"
+    assert cmd[cmd.index("--steps") + 1] == "2000000"  # --craftax-steps reaches it too
+    assert "tiny" in step(True).skip  # its one update is 65536 steps: never at the tiny budget
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
