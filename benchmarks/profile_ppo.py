@@ -9,8 +9,9 @@ For every width it prints one JSON line: the seconds per iteration of
     update    the epochs x minibatches of the update
     iteration the three together as the training scan runs them (`Trainer.iteration`)
 
-each with its compiled program's FLOPs, bytes accessed (XLA's cost analysis) and number of
-kernels (fusions and library calls in the optimised HLO, loop bodies counted once); and, with
+each with its compiled program's FLOPs, bytes accessed (XLA's cost analysis), number of
+kernels (fusions and library calls in the optimised HLO, loop bodies counted once) and
+kernel launches per call (copies included, each loop body times its trip count); and, with
 `--purejaxrl`, PureJaxRL's own `ppo.py` at the same settings (seconds per iteration of its
 whole run: its phases are one program), plus random actions through the environment alone.
 
@@ -54,6 +55,7 @@ from rlax_trpo.rollout import EnvCarry, collect
 from rlax_trpo.training import acting_policy, make_trainer
 
 KERNEL = re.compile(r"=\s*\S+\s+(fusion|custom-call|dot|convolution|all-reduce|sort)\(")
+LAUNCH = re.compile(r"=\s*\S+\s+(fusion|custom-call|dot|convolution|all-reduce|sort|copy)\(")
 
 
 def phases(trainer):
@@ -84,7 +86,8 @@ def phases(trainer):
 
 
 def compiled_figures(compiled) -> dict:
-    """XLA's cost analysis of a compiled program, and its kernels in the optimised HLO."""
+    """XLA's cost analysis of a compiled program, and its kernels in the optimised HLO: as
+    written (`kernels`, loop bodies once) and as run (`launches`, loop bodies times trips)."""
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost or {}
     text = compiled.as_text() or ""
@@ -92,7 +95,49 @@ def compiled_figures(compiled) -> dict:
         "flops": float(cost.get("flops", 0.0)),
         "bytes_accessed": float(cost.get("bytes accessed", 0.0)),
         "kernels": len(KERNEL.findall(text)),
+        "launches": kernel_launches(text),
     }
+
+
+COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+)\s.*\{$")
+WHILE = re.compile(r"\swhile\(.*condition=%?([\w.\-]+), body=%?([\w.\-]+)")
+TRIPS = re.compile(r'known_trip_count":\{"n":"(\d+)"')
+CALLED = re.compile(r"\s(?:call|conditional)\(.*(?:to_apply|branch_computations)=\{?([^}]*?)\}?,")
+
+
+def kernel_launches(text: str) -> int | None:
+    """Kernels one call of an optimised HLO module launches (`KERNEL`s and copies): each
+    computation's own, a
+    while loop's condition and body times its known trip count, a call's callee once and a
+    conditional's costliest branch. None when a loop's trip count is not known."""
+    comps: dict[str, list[str]] = {}
+    entry = None
+    for line in text.splitlines():
+        m = COMPUTATION.match(line) if not line.startswith(" ") else None
+        if m:
+            comps[m.group(1)] = []
+            entry = m.group(1) if line.startswith("ENTRY") else entry
+        elif comps:
+            comps[next(reversed(comps))].append(line)
+
+    def launches(name: str) -> int | None:
+        total = 0
+        for line in comps.get(name, ()):
+            total += bool(LAUNCH.search(line))
+            if m := WHILE.search(line):
+                trips = TRIPS.search(line)
+                inner = [launches(m.group(1)), launches(m.group(2))]
+                if trips is None or None in inner:
+                    return None
+                total += int(trips.group(1)) * sum(inner)
+            elif m := CALLED.search(line):
+                inner = [launches(c.strip().lstrip("%")) for c in m.group(1).split(",")]
+                if None in inner:
+                    return None
+                total += max(inner)
+        return total
+
+    return launches(entry) if entry is not None else None
 
 
 def timed(fn, args: tuple, repeats: int) -> dict:
@@ -187,10 +232,12 @@ def purejaxrl_iteration(module, config, repeats: int, trace: bool = False) -> di
         walls.append(time.perf_counter() - t0)
     iterations = steps // config.batch_size
     seconds = float(np.median(walls)) / iterations
+    figures = compiled_figures(compiled)
     out = {
         "seconds": seconds,
         "env_steps_per_second": config.batch_size / seconds,
-        **compiled_figures(compiled),
+        **figures,
+        "launches_per_iteration": figures["launches"] / iterations if figures["launches"] else None,
         "kernels_note": "the whole run's program (its loop bodies once), not one iteration's",
     }
     if trace:

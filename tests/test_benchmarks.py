@@ -63,3 +63,64 @@ def test_overrides_are_read_anywhere_on_the_line():
     assert args.overrides == ["compute_dtype=bfloat16", "num_steps=16"]
     assert str(args.json) == "a=b.json"
     assert [c.compute_dtype for c in throughput.configs_of(args)] == ["bfloat16"] * 2
+
+
+def _profile_ppo():
+    spec = importlib.util.spec_from_file_location(
+        "profile_ppo", ROOT / "benchmarks" / "profile_ppo.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec.loader.exec_module(module)
+    return module
+
+
+HLO = """HloModule m
+
+%cond (p: (s32[])) -> pred[] {
+  %c = pred[] fusion(%p), kind=kLoop, calls=%fc
+}
+
+%body (p: (s32[])) -> (s32[]) {
+  %a = f32[4]{0} copy(%x)
+  %b = f32[4]{0} fusion(%a), kind=kLoop, calls=%fb
+  %d = f32[4,4]{1,0} dot(%b, %b)
+}
+
+%callee (p: (s32[])) -> (s32[]) {
+  %e = f32[4]{0} fusion(%p), kind=kLoop, calls=%fe
+  %w = (s32[]) while(%p), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"3"}}
+}
+
+ENTRY %main (k: u32[2]) -> f32[] {
+  %f = f32[] fusion(%k), kind=kLoop, calls=%ff
+  %w = (s32[]) while(%t), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"5"}}
+  %g = (s32[]) call(%t), to_apply=%callee, frontend_attributes={x="y"}
+}
+"""
+
+
+def test_kernel_launches_count_loop_bodies_times_their_trips():
+    profile = _profile_ppo()
+    # entry 1 + 5 x (cond 1 + body 3) + call (1 + 3 x (1 + 3)) = 1 + 20 + 13
+    assert profile.kernel_launches(HLO) == 34
+    assert profile.kernel_launches(HLO.replace('{"n":"5"}', '{"n":"6"}')) == 38
+    unknown = HLO.replace(', backend_config={"known_trip_count":{"n":"3"}}', "")
+    assert profile.kernel_launches(unknown) is None
+
+
+def test_kernel_launches_of_a_compiled_scan_grow_with_its_length():
+    import jax
+    import jax.numpy as jnp
+
+    profile = _profile_ppo()
+
+    def launches(length):
+        def f(x):
+            step = lambda c, _: (jnp.tanh(c @ c) + c, c.sum())
+            return jax.lax.scan(step, x, None, length=length)
+
+        return profile.kernel_launches(jax.jit(f).lower(jnp.ones((8, 8))).compile().as_text())
+
+    short, long, longer = launches(10), launches(20), launches(30)
+    assert long - short == longer - long > 0  # the body's launches, times 10 more trips
