@@ -46,12 +46,15 @@ def patches_3x3(x: jax.Array) -> jax.Array:
 
 class Torso(nn.Module):
     """MLP on flat observations, or a small CNN (MinAtar: 10x10xC images) then an MLP; its
-    activations are `dtype` (the observations are rounded to it first)."""
+    activations are `dtype` (the observations are rounded to it first). With `layer_norm`,
+    each MLP layer normalises its pre-activations over the features (Ba et al. 2016, with a
+    learned scale and offset) before the nonlinearity."""
 
     hidden_sizes: Sequence[int]
     activation: str = "tanh"
     cnn: bool = False
     dtype: Any = jnp.float32
+    layer_norm: bool = False
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
@@ -61,5 +64,8 @@ class Torso(nn.Module):
             x = nn.relu(dense(16, np.sqrt(2), self.dtype)(patches_3x3(x)))
             x = x.reshape(x.shape[:-3] + (-1,))
         for size in self.hidden_sizes:
-            x = act(dense(size, np.sqrt(2), self.dtype)(x))
+            x = dense(size, np.sqrt(2), self.dtype)(x)
+            if self.layer_norm:
+                x = nn.LayerNorm(dtype=self.dtype, param_dtype=jnp.float32)(x)
+            x = act(x)
         return x

@@ -100,9 +100,12 @@ class MemoryNet(nn.Module):
     cell: str
     size: int
     dtype: Any = jnp.float32  # of the torso; the cell and the head compute in float32
+    layer_norm: bool = False  # of the torso's layers
 
     def setup(self):
-        self.torso = Torso(self.hidden_sizes, self.activation, self.cnn, self.dtype)
+        self.torso = Torso(
+            self.hidden_sizes, self.activation, self.cnn, self.dtype, self.layer_norm
+        )
         gates = 3 if self.cell == "gru" else 4  # GRU: r, z, n; LSTM: i, f, g, o
         # The input projection of every gate in one dense layer, applied by `embed` to the
         # whole sequence at once; only the recurrent product is left inside the scan.

@@ -44,10 +44,11 @@ class CategoricalPolicy(nn.Module):
     activation: str = "tanh"
     cnn: bool = False
     dtype: Any = jnp.float32  # of the activations; the logits are float32
+    layer_norm: bool = False  # of the torso's layers
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        x = Torso(self.hidden_sizes, self.activation, self.cnn, self.dtype)(obs)
+        x = Torso(self.hidden_sizes, self.activation, self.cnn, self.dtype, self.layer_norm)(obs)
         return dense(self.num_actions, 0.01, self.dtype)(x).astype(jnp.float32)  # logits
 
 
@@ -57,10 +58,11 @@ class GaussianPolicy(nn.Module):
     activation: str = "tanh"
     cnn: bool = False
     dtype: Any = jnp.float32  # of the activations; the mean is float32
+    layer_norm: bool = False  # of the torso's layers
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        x = Torso(self.hidden_sizes, self.activation, self.cnn, self.dtype)(obs)
+        x = Torso(self.hidden_sizes, self.activation, self.cnn, self.dtype, self.layer_norm)(obs)
         mean = dense(self.action_dim, 0.01, self.dtype)(x).astype(jnp.float32)
         log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
         return mean, jnp.broadcast_to(log_std, mean.shape)
@@ -71,10 +73,11 @@ class ValueNet(nn.Module):
     activation: str = "tanh"
     cnn: bool = False
     dtype: Any = jnp.float32  # of the activations; the values are float32
+    layer_norm: bool = False  # of the torso's layers
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        x = Torso(self.hidden_sizes, self.activation, self.cnn, self.dtype)(obs)
+        x = Torso(self.hidden_sizes, self.activation, self.cnn, self.dtype, self.layer_norm)(obs)
         return dense(1, 1.0, self.dtype)(x)[..., 0].astype(jnp.float32)
 
 
@@ -179,20 +182,25 @@ def make_networks(config: Any, spec: EnvSpec, with_value: bool = True) -> Networ
     cnn = uses_cnn(config, spec)
     # The torsos' (and feed-forward heads') arithmetic; parameters are float32 either way.
     dtype = jnp.dtype(getattr(config, "compute_dtype", "float32"))
+    ln = bool(getattr(config, "layer_norm", False))  # in every torso, policy's and critic's
     hidden = tuple(config.hidden_sizes)
     # The critic's widths and memory: fields of the algorithms that learn one (not GRPO).
     value_hidden = tuple(getattr(config, "value_hidden_sizes", None) or hidden)
     policy_cell, value_cell = memory_cells(config)
     size = getattr(config, "memory_size", 0)
     if spec.discrete:
-        policy_net = CategoricalPolicy(spec.num_actions, hidden, config.activation, cnn, dtype)
+        policy_net = CategoricalPolicy(
+            spec.num_actions, hidden, config.activation, cnn, dtype, layer_norm=ln
+        )
         to_dist = lambda logits: distrax.Categorical(logits=logits)
         head = "logits"
     else:
-        policy_net = GaussianPolicy(spec.num_actions, hidden, config.activation, cnn, dtype)
+        policy_net = GaussianPolicy(
+            spec.num_actions, hidden, config.activation, cnn, dtype, layer_norm=ln
+        )
         to_dist = lambda out: distrax.MultivariateNormalDiag(out[0], jnp.exp(out[1]))
         head = "gaussian"
-    value_net = ValueNet(value_hidden, config.activation, cnn, dtype)
+    value_net = ValueNet(value_hidden, config.activation, cnn, dtype, layer_norm=ln)
     dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
     if policy_cell is None and (value_cell is None or not with_value):
         return _feed_forward(policy_net, value_net, to_dist, dummy, with_value, spec)
@@ -201,7 +209,7 @@ def make_networks(config: Any, spec: EnvSpec, with_value: bool = True) -> Networ
         if cell is None:
             return None, ff_net
         net = MemoryNet(
-            head, spec.num_actions, hidden_sizes, config.activation, cnn, cell, size, dtype
+            head, spec.num_actions, hidden_sizes, config.activation, cnn, cell, size, dtype, ln
         )
         return make_recurrent(net, spec.obs_shape), None
 

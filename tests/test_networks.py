@@ -108,3 +108,44 @@ def test_bfloat16_compute_keeps_float32_parameters_and_outputs(env, extra):
     assert len(in_bf16) >= 4  # the two torsos' hidden layers at least
     if not extra:  # feed-forward: the heads too (with memory the cell and head are float32)
         assert len(in_bf16) == len(dots)
+
+
+@pytest.mark.parametrize(
+    "env, extra",
+    [("CartPole-v1", {}), ("Pendulum-v1", {}), ("CartPole-v1", {"memory": "gru"})],
+)
+def test_layer_norm_makes_each_layer_blind_to_the_scale_of_its_pre_activations(env, extra):
+    """With `layer_norm`, every hidden layer of both torsos has a LayerNorm, and scaling a
+    layer's weights and bias by a positive constant leaves both networks' outputs unchanged
+    (the normalisation divides it out); without it, the outputs move."""
+    spec = make_env(env).spec
+    obs = jax.random.normal(jax.random.key(1), (16, *spec.obs_shape))
+
+    def outputs(layer_norm, scale):
+        config = Config.create(env=env, hidden_sizes=[32, 32], layer_norm=layer_norm, **extra)
+        nets = make_networks(config, spec)
+        params = nets.init(jax.random.key(0))
+        scaled = jax.tree_util.tree_map_with_path(
+            lambda path, x: x * scale if "Dense_1" in jax.tree_util.keystr(path) else x, params
+        )
+        norms = [p for p, _ in jax.tree_util.tree_leaves_with_path(params)
+                 if "LayerNorm" in jax.tree_util.keystr(p)]  # fmt: skip
+        if nets.memory is None:
+            dist, values = nets.policy(scaled.policy, obs), nets.value(scaled.value, obs)
+        else:
+            memory = nets.memory.initial(16)
+            first = jnp.ones((16,), bool)
+            _, dist = nets.memory.policy_step(scaled.policy, memory.policy, obs, first)
+            _, values = nets.memory.value_step(scaled.value, memory.value, obs, first)
+        return len(norms), np.asarray(dist.mean() if env == "Pendulum-v1" else dist.logits), values
+
+    count, logits, values = outputs(True, 1.0)
+    assert count == 2 * 2 * 2  # scale and offset of 2 layers, in the policy and the critic
+    _, logits_scaled, values_scaled = outputs(True, 7.0)
+    np.testing.assert_allclose(logits_scaled, logits, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(values_scaled, values, rtol=1e-4, atol=1e-5)
+
+    count, logits, values = outputs(False, 1.0)
+    assert count == 0
+    _, logits_scaled, values_scaled = outputs(False, 7.0)
+    assert np.abs(values_scaled - values).max() > 1e-2

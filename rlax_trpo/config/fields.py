@@ -232,6 +232,9 @@ class ControlFields(RunFields):
     network: Literal["auto", "mlp", "cnn"] = "auto"
     hidden_sizes: tuple[PositiveInt, ...] = (64, 64)
     activation: Literal["tanh", "relu"] = "tanh"
+    # Layer normalisation of every hidden layer's pre-activations (the torsos of the policy
+    # and the critic; not the convolution, the memory cell or the heads).
+    layer_norm: bool = False
     # The arithmetic of the networks' torsos and heads: bfloat16 halves the bytes their
     # activations move (parameters, optimiser, losses and advantages stay float32).
     compute_dtype: Literal["float32", "bfloat16"] = "float32"
