@@ -20,6 +20,7 @@ from rlax_trpo.algorithms.base import Algorithm, AlgorithmSpec
 from rlax_trpo.algorithms.common import (
     anneal,
     batch_layout,
+    linear_decay,
     make_critic_batch,
     make_optimizer,
     minibatch_descent,
@@ -45,6 +46,7 @@ class PPOFields(OptimizerFields, AdvantageFields, MinibatchFields):
     num_minibatches: int = Field(1, gt=0)
     clip_value_loss: bool = False
     penalty: Literal["clip", "kl_fixed", "kl_adaptive"] = "clip"  # PPO paper, sec. 3 / 4
+    anneal_ent_coef: bool = False  # hp.ent_coef decays linearly to 0 over the run
 
     read_only_with = {
         "hp.value_clip_eps": read_with("clip_value_loss", True),
@@ -127,6 +129,9 @@ def make_ppo(config: Config, networks: Networks) -> Algorithm:
     def update(params: Params, state: PPOState, batch: Batch, hp: HParams, key: jax.Array):
         lr = anneal(config, hp.learning_rate, state.updates)
         opt_state = set_learning_rate(state.opt_state, lr)
+        if config.anneal_ent_coef:  # as the learning rate, by the updates so far
+            ent_coef = linear_decay(hp.ent_coef, state.updates, config.num_iterations)
+            hp = hp.replace(ent_coef=ent_coef)
         flat = layout.learner(batch)
         split = lambda k: layout.gathered(flat, k, config.num_minibatches)
         (new_params, opt_state), aux = minibatch_descent(
