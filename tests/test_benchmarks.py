@@ -26,14 +26,17 @@ def test_ci_runs_the_smoke_runs_and_the_mutation_check():
     assert "python benchmarks/smoke.py" in ci and "python tests/mutants.py" in ci
 
 
-def _throughput():
-    spec = importlib.util.spec_from_file_location(
-        "throughput", ROOT / "benchmarks" / "throughput.py"
-    )
+def _benchmark(name: str):
+    """The script `benchmarks/<name>.py` as a module (its folder on the path, for its imports)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, str(ROOT / "benchmarks"))
     spec.loader.exec_module(module)
     return module
+
+
+def _throughput():
+    return _benchmark("throughput")
 
 
 def test_throughput_sizes_iterations_from_the_width_and_keeps_a_configs_own_width():
@@ -66,13 +69,7 @@ def test_overrides_are_read_anywhere_on_the_line():
 
 
 def _profile_ppo():
-    spec = importlib.util.spec_from_file_location(
-        "profile_ppo", ROOT / "benchmarks" / "profile_ppo.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec.loader.exec_module(module)
-    return module
+    return _benchmark("profile_ppo")
 
 
 HLO = """HloModule m
