@@ -139,3 +139,12 @@ def _no_run_folder_in_the_checkout():
     yield
     new = sorted(str(p) for p in (set(runs.iterdir()) if runs.is_dir() else set()) - before)
     assert not new, f"tests left run folders in the working directory: {new}"
+
+
+def updated_policy(trainer, params, algo_state, batch, hp, key=None):
+    """The policy's parameters after one `trainer.algorithm.update`, as one flat array."""
+    import numpy as np
+
+    key = jax.random.key(2) if key is None else key
+    new, _, _ = jax.jit(trainer.algorithm.update)(params, algo_state, batch, hp, key)
+    return np.concatenate([np.ravel(x) for x in jax.tree.leaves(new.policy)])

@@ -54,10 +54,7 @@ def test_an_annealed_ent_coef_falls_linearly_to_zero_over_the_run():
     def step(trainer, updates, ent_coef):
         algo_state = state.algo_state._replace(updates=jnp.int32(updates))
         hp = config.hp.replace(ent_coef=jnp.float32(ent_coef))
-        new, _, _ = jax.jit(trainer.algorithm.update)(
-            state.params, algo_state, batch, hp, jax.random.key(2)
-        )
-        return np.concatenate([np.ravel(x) for x in jax.tree.leaves(new.policy)])
+        return conftest.updated_policy(trainer, state.params, algo_state, batch, hp)
 
     full, half = step(plain, 0, 0.5), step(plain, 0, 0.25)
     assert np.abs(full - half).max() > 1e-4  # the coefficient moves the update

@@ -288,10 +288,7 @@ def test_an_annealed_ent_coef_falls_linearly_to_zero_over_the_run(algorithm):
             value_opt_state=critic._replace(count=jnp.int32(2 * iteration))
         )
         hp = config.hp.replace(ent_coef=jnp.float32(ent_coef))
-        new, _, _ = jax.jit(trainer.algorithm.update)(
-            state.params, algo_state, batch, hp, jax.random.key(2)
-        )
-        return np.concatenate([np.ravel(x) for x in jax.tree.leaves(new.policy)])
+        return conftest.updated_policy(trainer, state.params, algo_state, batch, hp)
 
     full, half = step(plain, 0, 0.5), step(plain, 0, 0.25)
     assert np.abs(full - half).max() > 1e-4  # the coefficient moves the step
