@@ -69,17 +69,20 @@ packages=(
     distrax==0.1.9 tfp-nightly==0.26.0.dev20261027 dm-tree==0.1.10 decorator==5.3.1 gast==0.7.0
     pydantic==2.14.3 pydantic-core==2.50.4 annotated-types==0.8.0 typing-inspection==0.4.5
     craftax==1.6.1 imageio==2.38.1  # the Craftax-1M table (its environments need no pygame)
+    # `rlax-trpo report`'s intervals (rliable below): arch < 8 and pandas < 3, which rliable
+    # 1.2 imports with; the image's statsmodels, seaborn, scipy and matplotlib serve the rest
+    arch==7.2.0 pandas==2.3.3
 )
 platforms=()
-for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 \
-    manylinux1_x86_64; do
+for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 \
+    manylinux2014_x86_64 manylinux1_x86_64; do
     platforms+=(--platform "$p")
 done
 "$python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp "${platforms[@]}" -d "$out" "${packages[@]}"
 
-# The project itself (pure Python).
-"$python" -m pip wheel -q --no-deps -w "$out" .
+# The project itself and rliable 1.2 (pure Python; the registry holds rliable 1.2 as source).
+"$python" -m pip wheel -q --no-deps -w "$out" . rliable==1.2.0
 
 if [[ $# -ge 1 ]]; then
     mkdir -p "$out/purejaxrl"
