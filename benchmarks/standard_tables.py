@@ -36,6 +36,7 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
 from _publish import machine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,6 +137,8 @@ def run_cell(args: argparse.Namespace, config: str, algo: str, task: str) -> str
         "score": "final_return_per_seed: mean training-episode return over the last 10% of "
         "iterations, one per seed",
         "summary": summary,
+        # the resolved config, by which `rlax-trpo report` pools runs of the same settings
+        "config": yaml.safe_load((run_dir / "config.yaml").read_text()),
     }
     args.results.mkdir(parents=True, exist_ok=True)
     tmp = result.with_suffix(".json.tmp")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rlax_trpo.errors import ConfigError
+from rlax_trpo.report.settings import split_by_settings
 
 
 class ReportError(ConfigError):
@@ -39,6 +40,7 @@ def load_runs(
     if not runs:
         more = f" (and {len(notes) - 1} more)" if len(notes) > 1 else ""
         raise ReportError(f"no finished run to report: {notes[0]}{more}")
+    notes += split_by_settings(runs)
     if setting is not None and all(run["setting"] is None for run in runs):
         notes.append(f"--setting {setting}: no input is a sweep, so it chose nothing")
     return runs, notes

@@ -1,0 +1,140 @@
+"""Which inputs of one (algorithm, task) cell ran the same settings. `rlax-trpo report` pools
+the seeds of runs that did (four single-seed runs of one config are one 4-seed row) and gives
+runs that did not a row each, named by what differs: `ppo (layer_norm=true)` beside
+`ppo (layer_norm=false)`, so that a folder of pilots is never averaged into one row.
+
+A run's settings are its resolved config (every field), read from the run folder's
+config.yaml, from a published result's `config` (`benchmarks/standard_tables.py` writes it),
+or, for a result published without one, by resolving its `command` (`--config` and the
+`key=value` overrides) against the config file it names, found from the working directory or
+a folder above the result, or bundled. Two runs agree when every field both have is equal (a
+field one lacks was added to the library later). A run whose settings cannot be read is pooled
+with the others, or, where they split, reported as `algorithm (settings unknown)`; a note says
+which.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlax_trpo.errors import ConfigError
+
+
+def settings_of(run: dict[str, Any]) -> dict[str, Any] | None:
+    """The flattened resolved config (`hp.max_kl`, ...) of a report record, or None when it
+    cannot be read."""
+    path = Path(run["path"])
+    try:
+        if path.name == "summary.json":
+            raw = yaml.safe_load((path.parent / "config.yaml").read_text())
+        else:
+            published = json.loads(path.read_text())
+            raw = published.get("config") or _resolve(path, published.get("command"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    if not isinstance(raw, dict):
+        return None
+    return _flatten(raw)
+
+
+def _resolve(path: Path, command: Any) -> dict[str, Any] | None:
+    """The config `command` trains (`python train.py --config FILE k=v ...`), resolved as the
+    command line resolves it; None when the file is not found or does not resolve."""
+    if not isinstance(command, str):
+        return None
+    tokens = shlex.split(command)
+    config, overrides, i = None, [], 0
+    while i < len(tokens):  # `--config FILE`, `key=value`; options and their values aside
+        token = tokens[i]
+        if token in ("--config", "--sweep") and i + 1 < len(tokens):
+            config = tokens[i + 1] if token == "--config" else config
+            i += 2
+            continue
+        if token.startswith("--config="):
+            config = token.split("=", 1)[1]
+        elif "=" in token and not token.startswith("-"):
+            overrides.append(token)
+        i += 1
+    if config is None:
+        return None
+    where = [Path(config), *(parent / config for parent in path.resolve().parents)]
+    found = next((p for p in where if p.is_file()), config)  # else a bundled config's name
+    try:
+        from rlax_trpo.config.configuration import load_config  # imports JAX: only here
+
+        return load_config(found, overrides).to_dict()
+    except (ConfigError, ImportError, OSError, ValueError):  # settings unknown
+        return None
+
+
+def _flatten(raw: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in raw.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _agree(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return all(a[k] == b[k] for k in a.keys() & b.keys())
+
+
+def _text(value: Any) -> str:
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def split_by_settings(runs: list[dict[str, Any]]) -> list[str]:
+    """Rename, in place, the runs of each (algorithm, task) that ran different settings to
+    `algorithm (key=value, ...)`, the fields in which their groups differ; and notes."""
+    notes: list[str] = []
+    cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for run in runs:
+        cells.setdefault((run["algorithm"], run["task"]), []).append(run)
+    for (algo, task), group in cells.items():
+        if len(group) > 1:
+            notes += _split_cell(algo, task, group)
+    return notes
+
+
+def _split_cell(algo: str, task: str, cell: list[dict[str, Any]]) -> list[str]:
+    """`split_by_settings` for the runs of one cell."""
+    groups: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    unknown = []
+    for run in cell:
+        settings = settings_of(run)
+        home = (
+            None if settings is None else next((g for g in groups if _agree(g[0], settings)), None)
+        )
+        if settings is None:
+            unknown.append(run)
+        elif home is None:
+            groups.append((settings, [run]))
+        else:
+            home[1].append(run)
+    if len(groups) < 2:
+        return [
+            f"{run['path']}: its settings could not be read; pooled with {algo}" for run in unknown
+        ]
+    differ = sorted(
+        k
+        for k in set().union(*(s for s, _ in groups))
+        if len({_text(s[k]) for s, _ in groups if k in s}) > 1
+    )
+    for settings, members in groups:
+        shown = [k for k in differ if k in settings]
+        label = ", ".join(f"{k}={_text(settings[k])}" for k in shown[:4])
+        for run in members:
+            run["algorithm"] = f"{algo} ({label}{', ...' if len(shown) > 4 else ''})"
+    for run in unknown:
+        run["algorithm"] = f"{algo} (settings unknown)"
+    said = f"{algo} on {task}: its inputs ran {len(groups)} different settings, each reported"
+    said += f" as a row of its own (they differ in {', '.join(differ)})"
+    unread = "its settings could not be read; reported as"
+    return [said, *(f"{run['path']}: {unread} {algo} (settings unknown)" for run in unknown)]

@@ -1,0 +1,130 @@
+"""`rlax-trpo report` pools the seeds of inputs of one (algorithm, task) that ran the same
+settings and reports inputs that ran different settings as rows of their own
+(`rlax_trpo.report.settings`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from test_aggregate import needs_rliable
+
+from rlax_trpo import cli
+from rlax_trpo.config.configuration import load_config
+
+BASE = {"algorithm": "ppo", "env": "TaskA", "num_envs": 8, "layer_norm": False,
+        "hp": {"learning_rate": 0.001, "gamma": 0.99}}  # fmt: skip
+
+
+def _summary(scores: list[float]) -> dict:
+    return {"algorithm": "ppo", "env": "TaskA", "num_seeds": len(scores), "num_settings": 1,
+            "final_return_per_seed": scores, "total_env_steps": 4096}  # fmt: skip
+
+
+def _run_folder(folder: Path, scores: list[float], config: dict | None) -> None:
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps(_summary(scores)))
+    if config is not None:
+        (folder / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+def _publish(path: Path, scores: list[float], command: str, config: dict | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    published = {"date": "2026-01-01", "command": command, "task": "TaskA",
+                 "summary": _summary(scores)}  # fmt: skip
+    if config is not None:
+        published["config"] = config
+    path.write_text(json.dumps(published))
+
+
+def _per_task(inputs: list[Path], out: Path, capsys) -> tuple[dict, str]:
+    code = cli.main(["report", *map(str, inputs), "--out", str(out), "--reps", "50"])
+    stdout, stderr = capsys.readouterr()
+    assert code == 0, stderr
+    return json.loads((out / "report.json").read_text())["per_task"]["TaskA"], stdout
+
+
+def _with(**changes) -> dict:
+    config = json.loads(json.dumps(BASE))
+    for key, value in changes.items():
+        if key.startswith("hp_"):
+            config["hp"][key[3:]] = value
+        else:
+            config[key] = value
+    return config
+
+
+@needs_rliable
+def test_runs_of_different_settings_are_rows_of_their_own(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    _run_folder(runs / "a", [1.0, 2.0], _with())
+    _run_folder(runs / "b", [3.0], _with())
+    _run_folder(runs / "c", [10.0, 20.0], _with(layer_norm=True))
+    _run_folder(runs / "d", [5.0], _with(hp_learning_rate=0.003))
+    cells, stdout = _per_task([runs], tmp_path / "report", capsys)
+    assert sorted(cells) == [
+        "ppo (hp.learning_rate=0.001, layer_norm=false)",
+        "ppo (hp.learning_rate=0.001, layer_norm=true)",
+        "ppo (hp.learning_rate=0.003, layer_norm=false)",
+    ]
+    same = cells["ppo (hp.learning_rate=0.001, layer_norm=false)"]
+    assert same["seeds"] == 3 and same["mean"] == pytest.approx(2.0)  # a and b pooled
+    assert cells["ppo (hp.learning_rate=0.001, layer_norm=true)"]["mean"] == pytest.approx(15.0)
+    assert "3 different settings" in stdout and "hp.learning_rate, layer_norm" in stdout
+
+
+@needs_rliable
+def test_a_field_one_run_lacks_does_not_split_them(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    older = _with()
+    del older["layer_norm"]  # a config written before the field existed
+    _run_folder(runs / "a", [1.0, 2.0], older)
+    _run_folder(runs / "b", [3.0, 4.0], _with())
+    cells, stdout = _per_task([runs], tmp_path / "report", capsys)
+    assert list(cells) == ["ppo"] and cells["ppo"]["seeds"] == 4
+    assert "concatenated (2 + 2 = 4)" in stdout
+
+
+@needs_rliable
+def test_a_published_command_is_resolved_against_its_config_file(tmp_path, capsys):
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "ppo_test.yaml").write_text(
+        "algorithm: ppo\nenv: CartPole-v1\nnum_envs: 4\nnum_steps: 16\ntotal_env_steps: 4096\n"
+    )
+    results = tmp_path / "benchmarks" / "results"
+    run = "python train.py --config configs/ppo_test.yaml --no-progress"
+    _publish(results / "s0.json", [1.0], f"{run} --seeds 1 --seed 0 num_envs=8 --out DIR")
+    _publish(results / "s1.json", [3.0],  # where and how it ran differ: the same setting
+             f"{run} --seeds 1 --seed 1 --chunk-iterations 4 num_envs=8 --resume R")  # fmt: skip
+    _publish(results / "wide.json", [9.0], f"{run} --seeds 1 --seed 0 num_envs=16 --out DIR")
+    stored = load_config(tmp_path / "configs" / "ppo_test.yaml", ["num_envs=16"]).to_dict()
+    _publish(results / "stored.json", [7.0], "anything", config=stored)
+    cells, _ = _per_task([results], tmp_path / "report", capsys)
+    assert sorted(cells) == ["ppo (num_envs=16)", "ppo (num_envs=8)"]
+    assert cells["ppo (num_envs=8)"]["seeds"] == 2
+    assert cells["ppo (num_envs=8)"]["mean"] == pytest.approx(2.0)
+    assert "ppo (num_envs=16)" in cells  # wide.json resolved; stored.json read as stored
+    assert cells["ppo (num_envs=16)"]["seeds"] == 2
+
+
+@needs_rliable
+def test_inputs_whose_settings_cannot_be_read_are_pooled_with_a_note(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    _run_folder(runs / "a", [1.0], None)  # no config.yaml
+    _run_folder(runs / "b", [3.0], _with())
+    cells, stdout = _per_task([runs], tmp_path / "report", capsys)
+    assert list(cells) == ["ppo"] and cells["ppo"]["seeds"] == 2
+    assert "its settings could not be read; pooled with ppo" in stdout
+
+
+@needs_rliable
+def test_where_the_others_split_an_unreadable_input_is_a_row_of_its_own(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    _run_folder(runs / "a", [1.0], None)
+    _run_folder(runs / "b", [3.0], _with())
+    _run_folder(runs / "c", [5.0], _with(num_envs=16))
+    cells, stdout = _per_task([runs], tmp_path / "report", capsys)
+    assert sorted(cells) == ["ppo (num_envs=16)", "ppo (num_envs=8)", "ppo (settings unknown)"]
+    assert "reported as ppo (settings unknown)" in stdout
