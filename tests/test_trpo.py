@@ -298,6 +298,33 @@ def test_an_annealed_ent_coef_falls_linearly_to_zero_over_the_run(algorithm):
 
 
 @pytest.mark.parametrize("algorithm", ["trpo", "npg"])
+def test_an_annealed_max_kl_falls_linearly_to_zero_over_the_run(algorithm):
+    # anneal_max_kl: at iteration k of N the step is the one of max_kl delta (1 - k/N), the
+    # iteration read off the critic's optimiser as for anneal_ent_coef.
+    base = dict(algorithm=algorithm, num_envs=2, num_steps=64, total_env_steps=512,
+                hidden_sizes=[16], value_minibatches=2, value_epochs=1,
+                hp={"max_kl": 0.02})  # fmt: skip
+    config = Config.create(**base, anneal_max_kl=True)
+    assert config.num_iterations == 4 and not Config.create(**base).anneal_max_kl
+    trainer, state, batch = one_batch(config)
+    plain = make_trainer(Config.create(**base))
+
+    def step(trainer, iteration, max_kl):
+        critic = state.algo_state.value_opt_state
+        algo_state = state.algo_state._replace(
+            value_opt_state=critic._replace(count=jnp.int32(2 * iteration))
+        )
+        hp = config.hp.replace(max_kl=jnp.float32(max_kl))
+        return conftest.updated_policy(trainer, state.params, algo_state, batch, hp)
+
+    full, quarter = step(plain, 0, 0.02), step(plain, 0, 0.005)
+    assert np.abs(full - quarter).max() > 1e-4  # the radius moves the step
+    np.testing.assert_allclose(step(trainer, 0, 0.02), full, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(step(trainer, 3, 0.02), quarter, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(step(plain, 3, 0.02), full, rtol=1e-6, atol=1e-7)  # unannealed
+
+
+@pytest.mark.parametrize("algorithm", ["trpo", "npg"])
 def test_natural_lr_caps_the_update_below_the_trust_region(algorithm):
     config = Config.create(algorithm=algorithm, num_envs=2, num_steps=64, total_env_steps=128,
                            hidden_sizes=[16], value_minibatches=2, value_epochs=1)  # fmt: skip

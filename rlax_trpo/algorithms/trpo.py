@@ -10,7 +10,7 @@ One update, as in the paper's practical algorithm (App. C) and sb3-contrib's TRP
     g  = grad L(theta_old)
     s  = CG(F + d I, g)                    F: Hessian of mean KL(pi_old || pi_theta); jax.scipy's
                                            cg, <= cg_iters steps, to ||F s - g|| <= cg_tol ||g||
-    step = sqrt(2 delta / s^T F s) * s    (or min(natural_lr, that) * s: ACKTR's capped step)
+    step = sqrt(2 delta / s^T F s) * s    (or min(natural_lr, that) * s; delta: `anneal_max_kl`)
     trpo: theta <- first of theta + beta^j step with KL <= slack delta and L gain > 0, else theta
     npg:  theta <- theta + step            (the scaled natural step, no line search)
     critic: `value_epochs` x `value_minibatches` Adam steps on 0.5 (V - R)^2
@@ -71,6 +71,7 @@ class NPGFields(AdvantageFields, CriticFitterFields):
     vine_bootstrap: bool = True
     entropy_bonus: Literal["entropy", "log_barrier"] = "entropy"  # what hp.ent_coef weighs
     anneal_ent_coef: bool = False  # hp.ent_coef decays linearly to 0 over the run
+    anneal_max_kl: bool = False  # hp.max_kl (the trust region's radius) too
 
     # a changed value without its condition is refused; defaults (as every saved config.yaml
     # holds them) are not
@@ -82,8 +83,7 @@ class NPGFields(AdvantageFields, CriticFitterFields):
 
 class TRPOFields(NPGFields):
     line_search_steps: int = Field(10, gt=0)
-    # candidates evaluated at once (0: all): fewer hold less memory, as a recurrent policy
-    # re-runs its memory over the whole batch for each one (trpo_memory_craftax: 1)
+    # candidates evaluated at once (0: all); fewer hold less memory (trpo_memory_craftax: 1)
     line_search_batch: int = Field(0, ge=0)
 
 
@@ -132,14 +132,17 @@ def with_entropy_bonus(surrogate: Any, entropy: Any, ent_coef: jax.Array):
     return lambda params: surrogate(params) + ent_coef * entropy(params)
 
 
-def annealed_ent_coef(config: Config, hp: HParams, critic_opt_state: Any) -> HParams:
-    """`hp` with `ent_coef` decayed linearly to 0 over the run when `config.anneal_ent_coef`
-    (as PPO's `anneal_lr`). The iteration is read off the critic's optimiser, which takes
-    `value_epochs x value_minibatches` steps an iteration, so the state needs no counter."""
-    if not config.anneal_ent_coef:
-        return hp
+def annealed(config: Config, hp: HParams, critic_opt_state: Any) -> HParams:
+    """`hp` with `ent_coef` (`anneal_ent_coef`) and `max_kl` (`anneal_max_kl`) decayed linearly
+    to 0 over the run, as PPO's `anneal_lr`. The iteration is read off the critic's optimiser,
+    which takes `value_epochs x value_minibatches` steps an iteration: no counter in the state."""
     iteration = critic_opt_state.count // (config.value_epochs * config.value_minibatches)
-    return hp.replace(ent_coef=linear_decay(hp.ent_coef, iteration, config.num_iterations))
+    decay = lambda x: linear_decay(x, iteration, config.num_iterations)
+    if config.anneal_ent_coef:
+        hp = hp.replace(ent_coef=decay(hp.ent_coef))
+    if config.anneal_max_kl:
+        hp = hp.replace(max_kl=decay(hp.max_kl))
+    return hp
 
 
 def policy_bonus(config: Config, networks: Networks) -> Any:
@@ -251,7 +254,7 @@ def _make_trust_region_method(config: Config, networks: Networks, line_search: b
 
     def update(params: Params, state: TRPOState, batch: Batch, hp: HParams, key: jax.Array):
         flat = layout.learner(batch)
-        hp = annealed_ent_coef(config, hp, state.value_opt_state)
+        hp = annealed(config, hp, state.value_opt_state)
         policy, metrics = policy_step(params.policy, flat, hp)
         value, value_opt_state, value_loss = critic.fit(
             params.value, state.value_opt_state, flat, hp, key
@@ -297,7 +300,7 @@ def _with_vine(
         return VineBatch(batch, traj.branches, jax.lax.stop_gradient(q))
 
     def update(params: Params, state: TRPOState, batch: VineBatch, hp: HParams, key: jax.Array):
-        hp = annealed_ent_coef(config, hp, state.value_opt_state)
+        hp = annealed(config, hp, state.value_opt_state)
         obs = batch.branches.obs
         stride = every_kth(config.fisher_fraction)
         entropy = lambda params: networks.policy(params, obs).entropy().mean()
