@@ -269,59 +269,36 @@ def test_with_no_advantage_the_bonus_alone_raises_the_entropy_inside_the_trust_r
         assert float(m0["trpo/accepted"]) == 0.0  # a flat surrogate improves nowhere
 
 
+@pytest.mark.parametrize(
+    "flag,name", [("anneal_ent_coef", "ent_coef"), ("anneal_max_kl", "max_kl")]
+)
 @pytest.mark.parametrize("algorithm", ["trpo", "npg"])
-def test_an_annealed_ent_coef_falls_linearly_to_zero_over_the_run(algorithm):
-    # anneal_ent_coef: at iteration k of N the step is the one of ent_coef c (1 - k/N). The
-    # iteration is read off the critic's optimiser (value_epochs x value_minibatches = 2 steps
-    # an iteration), so setting its count places the update at iteration k.
+def test_an_annealed_hp_falls_linearly_to_zero_over_the_run(algorithm, flag, name):
+    # anneal_ent_coef / anneal_max_kl: at iteration k of N the step is the one of the value
+    # v (1 - k/N). The iteration is read off the critic's optimiser (value_epochs x
+    # value_minibatches = 2 steps an iteration), so setting its count places the update at k.
     base = dict(algorithm=algorithm, num_envs=2, num_steps=64, total_env_steps=512,
                 hidden_sizes=[16], value_minibatches=2, value_epochs=1,
-                hp={"ent_coef": 0.5, "max_kl": 0.01})  # fmt: skip
-    config = Config.create(**base, anneal_ent_coef=True)
-    assert config.num_iterations == 4 and not Config.create(**base).anneal_ent_coef
+                hp={"ent_coef": 0.5, "max_kl": 0.02})  # fmt: skip
+    config = Config.create(**base, **{flag: True})
+    assert config.num_iterations == 4 and not getattr(Config.create(**base), flag)
     trainer, state, batch = one_batch(config)
     plain = make_trainer(Config.create(**base))
 
-    def step(trainer, iteration, ent_coef):
+    def step(trainer, iteration, value):
         critic = state.algo_state.value_opt_state
         algo_state = state.algo_state._replace(
             value_opt_state=critic._replace(count=jnp.int32(2 * iteration))
         )
-        hp = config.hp.replace(ent_coef=jnp.float32(ent_coef))
+        hp = config.hp.replace(**{name: jnp.float32(value)})
         return conftest.updated_policy(trainer, state.params, algo_state, batch, hp)
 
-    full, half = step(plain, 0, 0.5), step(plain, 0, 0.25)
-    assert np.abs(full - half).max() > 1e-4  # the coefficient moves the step
-    np.testing.assert_allclose(step(trainer, 0, 0.5), full, rtol=1e-6, atol=1e-7)
-    np.testing.assert_allclose(step(trainer, 2, 0.5), half, rtol=1e-6, atol=1e-7)
-    np.testing.assert_allclose(step(plain, 2, 0.5), full, rtol=1e-6, atol=1e-7)  # unannealed
-
-
-@pytest.mark.parametrize("algorithm", ["trpo", "npg"])
-def test_an_annealed_max_kl_falls_linearly_to_zero_over_the_run(algorithm):
-    # anneal_max_kl: at iteration k of N the step is the one of max_kl delta (1 - k/N), the
-    # iteration read off the critic's optimiser as for anneal_ent_coef.
-    base = dict(algorithm=algorithm, num_envs=2, num_steps=64, total_env_steps=512,
-                hidden_sizes=[16], value_minibatches=2, value_epochs=1,
-                hp={"max_kl": 0.02})  # fmt: skip
-    config = Config.create(**base, anneal_max_kl=True)
-    assert config.num_iterations == 4 and not Config.create(**base).anneal_max_kl
-    trainer, state, batch = one_batch(config)
-    plain = make_trainer(Config.create(**base))
-
-    def step(trainer, iteration, max_kl):
-        critic = state.algo_state.value_opt_state
-        algo_state = state.algo_state._replace(
-            value_opt_state=critic._replace(count=jnp.int32(2 * iteration))
-        )
-        hp = config.hp.replace(max_kl=jnp.float32(max_kl))
-        return conftest.updated_policy(trainer, state.params, algo_state, batch, hp)
-
-    full, quarter = step(plain, 0, 0.02), step(plain, 0, 0.005)
-    assert np.abs(full - quarter).max() > 1e-4  # the radius moves the step
-    np.testing.assert_allclose(step(trainer, 0, 0.02), full, rtol=1e-6, atol=1e-7)
-    np.testing.assert_allclose(step(trainer, 3, 0.02), quarter, rtol=1e-6, atol=1e-7)
-    np.testing.assert_allclose(step(plain, 3, 0.02), full, rtol=1e-6, atol=1e-7)  # unannealed
+    v = float(getattr(config.hp, name))
+    full, quarter = step(plain, 0, v), step(plain, 0, v / 4)
+    assert np.abs(full - quarter).max() > 1e-4  # the value moves the step
+    np.testing.assert_allclose(step(trainer, 0, v), full, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(step(trainer, 3, v), quarter, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(step(plain, 3, v), full, rtol=1e-6, atol=1e-7)  # unannealed
 
 
 @pytest.mark.parametrize("algorithm", ["trpo", "npg"])
