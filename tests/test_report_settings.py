@@ -128,3 +128,34 @@ def test_where_the_others_split_an_unreadable_input_is_a_row_of_its_own(tmp_path
     cells, stdout = _per_task([runs], tmp_path / "report", capsys)
     assert sorted(cells) == ["ppo (num_envs=16)", "ppo (num_envs=8)", "ppo (settings unknown)"]
     assert "reported as ppo (settings unknown)" in stdout
+
+
+def _table_rows(text: str) -> list[list[str]]:
+    """The cells of every markdown table line in `text` (header and rows, not the rule)."""
+    rows = [[c.strip() for c in line.strip("|").split(" | ")] for line in text.splitlines()
+            if line.startswith("| ") and not line.startswith("| ---")]  # fmt: skip
+    return rows
+
+
+@needs_rliable
+@pytest.mark.parametrize("settings", [4, 5])
+def test_many_settings_grow_the_table_down_the_page_not_across_it(settings, tmp_path, capsys):
+    """Up to 4 algorithms (or settings): a row per task, three columns each. Beyond: a row per
+    task and algorithm, each with its own figures and note, printed and in report.md alike."""
+    runs = tmp_path / "runs"
+    for i in range(settings):
+        _run_folder(runs / f"r{i}", [float(i), float(i) + 2.0], _with(hp_learning_rate=i + 1))
+    cells, stdout = _per_task([runs], tmp_path / "report", capsys)
+    rows = _table_rows(stdout)
+    assert rows == _table_rows((tmp_path / "report" / "report.md").read_text().split("## ")[2])
+    names = [f"ppo (hp.learning_rate={i + 1})" for i in range(settings)]
+    assert sorted(cells) == sorted(names)
+    if settings <= 4:
+        assert len(rows) == 2 and len(rows[0]) == 1 + 3 * settings + 1  # task, 3 each, note
+        return
+    assert rows[0] == ["task", "algorithm", "IQM [95% CI]", "mean [95% CI]", "seeds", "note"]
+    assert [r[:2] for r in rows[1:]] == [["TaskA", name] for name in sorted(names)]
+    for row in rows[1:]:
+        i = int(row[1].split("=")[1].rstrip(")")) - 1
+        assert row[3].startswith(f"{i + 1:.4g} [") and row[4] == "2"  # mean of i and i + 2
+        assert row[5] == cells[row[1]]["note"]  # its own note, not every algorithm's

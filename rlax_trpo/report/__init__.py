@@ -6,6 +6,7 @@ end), statistics over seeds, and `rlax-trpo report` over many runs.
     inputs     what `rlax-trpo report` reads: run folders and published JSON
     settings   which inputs ran the same settings: one row, or a row per setting
     aggregate  its numbers, as rliable computes them
+    tables     its tables, as markdown: printed and in report.md
     render     its files: report.md, report.json and the figures
     command    its options and the command
 

@@ -20,6 +20,9 @@ from typing import Any
 import numpy as np
 
 from rlax_trpo.report.aggregate import METRICS, MIN_SEEDS_FOR_INTERVAL
+from rlax_trpo.report.tables import interval as _interval
+from rlax_trpo.report.tables import num, per_task_table
+from rlax_trpo.report.tables import table as _table
 
 # What a cell of per_task.png shows by its seeds (`cell_kind`): its marker, its legend.
 CELL_KINDS = {
@@ -37,52 +40,8 @@ FIGURES = {
 }
 
 
-def num(x: float) -> str:
-    """A score for a table: 4 significant figures, whole numbers from 10,000 on."""
-    return f"{x:.0f}" if abs(x) >= 1e4 else f"{x:.4g}"
-
-
-def _interval(value: float, ci95: list[float]) -> str:
-    return f"{num(value)} [{num(ci95[0])}, {num(ci95[1])}]"
-
-
 def _link(figure: str) -> str:
     return f"![{FIGURES[figure]}]({figure})"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    """A markdown table; `|` in a cell is escaped."""
-    line = lambda cells: "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
-    return [line(header), line(["---"] * len(header)), *(line(r) for r in rows)]
-
-
-def per_task_table(report: dict[str, Any], anchors: dict[str, dict[str, float]]) -> str:
-    """Tasks x (per algorithm: IQM and mean with 95% intervals, seeds; per anchor label: its
-    number), and the few-seeds note of any cell with fewer than 4 seeds."""
-    algorithms, per_task = report["algorithms"], report["per_task"]
-    header = ["task"]
-    for algo in algorithms:
-        header += [f"{algo} IQM [95% CI]", f"{algo} mean [95% CI]", f"{algo} seeds"]
-    header += list(anchors)
-    notes = any(c["note"] for cells in per_task.values() for c in cells.values())
-    rows = []
-    for task in report["tasks"]:
-        row, said = [task], []
-        for algo in algorithms:
-            cell = per_task[task].get(algo)
-            if cell is None:
-                row += ["-", "-", 0]
-                continue
-            row += [
-                _interval(cell["iqm"], cell["iqm_ci95"]),
-                _interval(cell["mean"], cell["mean_ci95"]),
-                cell["seeds"],
-            ]
-            if cell["note"]:
-                said.append(f"{algo}: {cell['note']}")
-        row += [num(a[task]) if task in a else "" for a in anchors.values()]
-        rows.append(row + (["; ".join(said)] if notes else []))
-    return "\n".join(_table(header + (["note"] if notes else []), rows))
 
 
 def _inputs_section(report: dict[str, Any]) -> list[str]:
