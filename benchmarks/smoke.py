@@ -36,6 +36,11 @@ SMOKE = {
          "--eval-envs", "2"],
         ("brax",),
     ),
+    "cg_convergence.py": (
+        [PY, "benchmarks/cg_convergence.py", "{out}/run", "--iters", "2", "--reference", "4",
+         "--train", "trpo_cartpole", *TINY_RUN],
+        (),
+    ),
     "compile_cache.py": ([PY, "benchmarks/compile_cache.py", "--repeats", "1", *TINY_RUN], ()),
     "cpu_linalg.py": (
         [PY, "benchmarks/cpu_linalg.py", "--programs", "brax_inverted_pendulum", "--seeds", "1",

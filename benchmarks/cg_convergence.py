@@ -1,0 +1,164 @@
+#!/usr/bin/env python
+"""How far TRPO's conjugate gradient is from solving F s = g on a trained run's next batch.
+
+For one member of a TRPO or NPG run folder it collects the batch the run would learn from
+next (its checkpointed state: environments, key, normalisation), takes the surrogate's
+gradient g there, and solves (F + d I) s = g with CG of each length in `--iters` and with a
+long `--reference` solve, at each damping d in `--damping` (default: the run's). For each it
+prints the true residual ||(F + d I) s - g|| / ||g||, the cosine between s and the reference
+solve's direction, and for the step scaled to the run's trust region (max KL delta, no line
+search) the surrogate gain the quadratic model expects, the gain it realises on the batch,
+the realised mean KL over the whole batch, and the realised gain scaled to KL = delta
+(gain x sqrt(delta / KL): gain grows linearly along a ray, KL quadratically), the figure that
+compares directions at equal trust-region cost. F is the run's: the Hessian of the KL on the
+run's `fisher_fraction` of the batch.
+
+    python benchmarks/cg_convergence.py runs/trpo_craftax --iters 5 10 20 40 --reference 80 \
+        --damping 0.1 0.01
+    python benchmarks/cg_convergence.py runs/tiny --train trpo_cartpole total_env_steps=4096
+
+With `--train CONFIG key=value ...` it first trains that configuration into the run folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rlax_trpo.platform import setup_cpu
+
+setup_cpu()
+
+import jax
+from _publish import publish
+
+import rlax_trpo
+from rlax_trpo import losses
+from rlax_trpo import trust_region as tr
+from rlax_trpo.algorithms import trpo
+from rlax_trpo.algorithms.common import batch_layout
+from rlax_trpo.normalization import Statistics, normalize_trajectory
+from rlax_trpo.rollout import EnvCarry, collect
+from rlax_trpo.training import acting_policy, make_trainer
+
+
+def next_batch(policy):
+    """The flat batch the run's next iteration learns from, and the trainer that made it."""
+    config, state = policy.config, policy.state
+    trainer = make_trainer(config)
+    rollout = (
+        functools.partial(collect, reset_ratio=config.reset_ratio)
+        if config.reset_ratio > 1
+        else collect
+    )
+
+    def batch_of(state):
+        k_rollout = jax.random.split(state.key, 3)[1]  # as `make_trainer`'s iteration draws it
+        act = acting_policy(trainer.networks, state.params, policy.observe)
+        start = EnvCarry(state.env_state, state.obs, state.episode, state.memory, state.first)
+        ro = rollout(trainer.env, act, start, k_rollout, config.num_steps)
+        stats = Statistics(state.obs_stats, state.return_stats, state.return_acc)
+        traj, _ = normalize_trajectory(config, stats, ro.trajectory, ro.done, config.hp.gamma)
+        return trainer.algorithm.make_batch(state.params, traj, config.hp)
+
+    layout = batch_layout(config, trainer.networks, value_minibatches=config.value_minibatches)
+    return trainer, layout, layout.learner(jax.jit(batch_of)(state))
+
+
+def make_solve(trainer, layout):
+    """(iters, damping, policy params, flat batch) -> the scaled natural step and its figures."""
+    config, networks = trainer.config, trainer.networks
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def solve(iters, damping, params, flat):
+        adv = losses.normalize(flat.advantage) if config.normalize_advantages else flat.advantage
+        surrogate = trpo.surrogate_fn(networks, flat, jax.lax.stop_gradient(adv))
+        fisher_kl = trpo.kl_fn(networks, layout, params, flat, config.fisher_fraction)
+        batch_kl = trpo.kl_fn(networks, layout, params, flat)
+        before, grad = jax.value_and_grad(surrogate)(params)
+        hp = config.hp
+        nat = tr.natural_step(
+            fisher_kl, params, grad, hp.max_kl, damping, iters, hp.cg_tol, config.cg_solver
+        )
+        candidate = tr.tree_axpy(1.0, nat.step, params)
+        return nat, surrogate(candidate) - before, batch_kl(candidate)
+
+    return solve
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run", type=Path, help="a TRPO or NPG run folder")
+    p.add_argument("--member", type=int, default=0)
+    p.add_argument("--iters", type=int, nargs="+", default=[5, 10, 20, 40], help="CG lengths")
+    p.add_argument("--reference", type=int, default=80, help="CG length of the reference solve")
+    p.add_argument("--damping", type=float, nargs="+", help="default: the run's hp.damping")
+    p.add_argument("--json", type=Path)
+    p.add_argument("--train", nargs="+", metavar="CONFIG key=value", help="train this first")
+    args = p.parse_args(argv)
+    if min(args.iters + [args.reference]) < 1:
+        print("cg_convergence: --iters and --reference must be at least 1", file=sys.stderr)
+        return 2
+    if args.train:
+        cmd = [sys.executable, str(ROOT / "train.py"), "--config", args.train[0],
+               *args.train[1:], "--no-progress", "--out", str(args.run)]  # fmt: skip
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    if not (args.run / "config.yaml").is_file():
+        print(f"cg_convergence: {str(args.run)!r} is not a run folder", file=sys.stderr)
+        return 2
+    policy = rlax_trpo.load_policy(args.run, member=args.member)
+    algorithm, sampling = policy.config.algorithm, getattr(policy.config, "sampling", None)
+    if algorithm not in ("trpo", "npg") or sampling != "single_path":
+        print(
+            f"cg_convergence: needs a single-path TRPO or NPG run; {str(args.run)!r} is "
+            f"{algorithm}" + (f" with {sampling} sampling" if sampling else ""),
+            file=sys.stderr,
+        )
+        return 2
+    trainer, layout, flat = next_batch(policy)
+    solve = make_solve(trainer, layout)
+    params, max_kl = policy.state.params.policy, float(trainer.config.hp.max_kl)
+    rows = []
+    for damping in args.damping or [float(trainer.config.hp.damping)]:
+        reference = solve(args.reference, damping, params, flat)[0].step
+        for iters in sorted(set(args.iters + [args.reference])):
+            nat, gain, kl = jax.block_until_ready(solve(iters, damping, params, flat))
+            cosine = tr.tree_vdot(nat.step, reference) / (
+                tr.tree_norm(nat.step) * tr.tree_norm(reference)
+            )
+            row = {
+                "damping": damping,
+                "cg_iters": iters,
+                "residual": round(float(nat.cg_residual), 4),
+                "cosine_to_reference": round(float(cosine), 4),
+                "expected_gain": round(float(nat.expected_improvement), 5),
+                "realised_gain": round(float(gain), 5),
+                "realised_kl": round(float(kl), 5),
+                "gain_at_max_kl": round(float(gain) * (max_kl / max(float(kl), 1e-12)) ** 0.5, 5),
+            }
+            rows.append(row)
+            print(" ".join(f"{k} {v}" for k, v in row.items()), flush=True)
+    config = trainer.config
+    figures = {
+        "run": str(args.run),
+        "member": args.member,
+        "iterations_done": int(policy.state.iteration),
+        "env": config.env,
+        "batch": config.batch_size,
+        "fisher_fraction": config.fisher_fraction,
+        "max_kl": max_kl,
+        "reference_cg_iters": args.reference,
+        "rows": rows,
+    }
+    publish("cg_convergence", figures, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
