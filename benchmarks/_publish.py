@@ -83,3 +83,18 @@ def parse_with_overrides(parser, argv: list[str] | None):
     args = parser.parse_args(rest)
     args.overrides = [*getattr(args, "overrides", []), *overrides]
     return args
+
+
+def run_folder(name: str, run: Path, train: list[str] | None) -> bool:
+    """Whether `run` is a run folder, after training `train` (`CONFIG key=value ...`) into it
+    when given (a script's `--train`); if not, says so in one line on stderr."""
+    import subprocess
+
+    if train:
+        cmd = [sys.executable, str(Path(__file__).resolve().parents[1] / "train.py"),
+               "--config", train[0], *train[1:], "--no-progress", "--out", str(run)]  # fmt: skip
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    if (run / "config.yaml").is_file():
+        return True
+    print(f"{name}: {str(run)!r} is not a run folder", file=sys.stderr)
+    return False

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import subprocess
 import sys
 from pathlib import Path
 
@@ -36,7 +35,7 @@ from rlax_trpo.platform import setup_cpu
 setup_cpu()
 
 import jax
-from _publish import publish
+from _publish import publish, run_folder
 
 import rlax_trpo
 from rlax_trpo import losses
@@ -105,12 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.iters + [args.reference]) < 1:
         print("cg_convergence: --iters and --reference must be at least 1", file=sys.stderr)
         return 2
-    if args.train:
-        cmd = [sys.executable, str(ROOT / "train.py"), "--config", args.train[0],
-               *args.train[1:], "--no-progress", "--out", str(args.run)]  # fmt: skip
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    if not (args.run / "config.yaml").is_file():
-        print(f"cg_convergence: {str(args.run)!r} is not a run folder", file=sys.stderr)
+    if not run_folder("cg_convergence", args.run, args.train):
         return 2
     policy = rlax_trpo.load_policy(args.run, member=args.member)
     algorithm, sampling = policy.config.algorithm, getattr(policy.config, "sampling", None)

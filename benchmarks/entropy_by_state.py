@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -33,6 +32,7 @@ setup_cpu()
 
 import jax
 import numpy as np
+from _publish import run_folder
 
 import rlax_trpo
 from rlax_trpo.rollout import batched_step, reset_envs
@@ -92,12 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path)
     p.add_argument("--train", nargs="+", metavar="CONFIG key=value", help="train this first")
     args = p.parse_args(argv)
-    if args.train:
-        cmd = [sys.executable, str(ROOT / "train.py"), "--config", args.train[0],
-               *args.train[1:], "--no-progress", "--out", str(args.run)]  # fmt: skip
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    if not (args.run / "config.yaml").is_file():
-        print(f"entropy_by_state: {str(args.run)!r} is not a run folder", file=sys.stderr)
+    if not run_folder("entropy_by_state", args.run, args.train):
         return 2
     image = tuple(int(n) for n in args.image.split(","))
     out = {"run": str(args.run), "channel": args.channel, "envs": args.envs,

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 TINY_RUN = ["total_env_steps=1024", "num_envs=4", "num_steps=16", "eval_episodes=2"]
 
-# script -> (command with {out} for a scratch folder, modules it needs)
+# script -> (command with {out} for its own scratch folder, modules it needs)
 SMOKE = {
     "brax_ppo.py": (
         [PY, "benchmarks/brax_ppo.py", "--envs", "brax/inverted_pendulum", "--steps", "8192",
@@ -171,7 +171,10 @@ def main() -> int:
             absent = [m for m in needs if importlib.util.find_spec(m) is None]
             if absent:
                 return name, "skipped", f"{', '.join(absent)} not installed", 0.0
-            cmd = [c.replace("{out}", out) for c in command]
+            # a scratch folder per script: two scripts run at once may name the same output
+            scratch = os.path.join(out, Path(name).stem)
+            os.makedirs(scratch)
+            cmd = [c.replace("{out}", scratch) for c in command]
             t0 = time.perf_counter()
             try:
                 proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env,
