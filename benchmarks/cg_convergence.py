@@ -11,7 +11,8 @@ search) the surrogate gain the quadratic model expects, the gain it realises on 
 the realised mean KL over the whole batch, and the realised gain scaled to KL = delta
 (gain x sqrt(delta / KL): gain grows linearly along a ray, KL quadratically), the figure that
 compares directions at equal trust-region cost. F is the run's: the Hessian of the KL on the
-run's `fisher_fraction` of the batch.
+run's `fisher_fraction` of the batch; the hyperparameters are the member's (its sweep setting or
+PBT carry).
 
     python benchmarks/cg_convergence.py runs/trpo_craftax --iters 5 10 20 40 --reference 80 \
         --damping 0.1 0.01
@@ -35,6 +36,7 @@ from rlax_trpo.platform import setup_cpu
 setup_cpu()
 
 import jax
+import jax.numpy as jnp
 from _publish import publish, run_folder
 
 import rlax_trpo
@@ -47,7 +49,15 @@ from rlax_trpo.rollout import EnvCarry, collect
 from rlax_trpo.training import acting_policy, make_trainer
 
 
-def next_batch(policy):
+def member_hparams(policy):
+    """The member's hyperparameters: its PBT carry's, its sweep setting's, or the config's."""
+    if policy.state.pbt is not None:
+        return policy.state.pbt.hparams
+    swept = {k.removeprefix("hp."): v for k, v in policy.setting.items() if k.startswith("hp.")}
+    return policy.config.hp.replace(**{k: jnp.float32(v) for k, v in swept.items()})
+
+
+def next_batch(policy, hp):
     """The flat batch the run's next iteration learns from, and the trainer that made it."""
     config, state = policy.config, policy.state
     trainer = make_trainer(config)
@@ -63,14 +73,14 @@ def next_batch(policy):
         start = EnvCarry(state.env_state, state.obs, state.episode, state.memory, state.first)
         ro = rollout(trainer.env, act, start, k_rollout, config.num_steps)
         stats = Statistics(state.obs_stats, state.return_stats, state.return_acc)
-        traj, _ = normalize_trajectory(config, stats, ro.trajectory, ro.done, config.hp.gamma)
-        return trainer.algorithm.make_batch(state.params, traj, config.hp)
+        traj, _ = normalize_trajectory(config, stats, ro.trajectory, ro.done, hp.gamma)
+        return trainer.algorithm.make_batch(state.params, traj, hp)
 
     layout = batch_layout(config, trainer.networks, value_minibatches=config.value_minibatches)
     return trainer, layout, layout.learner(jax.jit(batch_of)(state))
 
 
-def make_solve(trainer, layout):
+def make_solve(trainer, layout, hp):
     """(iters, damping, policy params, flat batch) -> the scaled natural step and its figures."""
     config, networks = trainer.config, trainer.networks
 
@@ -81,7 +91,6 @@ def make_solve(trainer, layout):
         fisher_kl = trpo.kl_fn(networks, layout, params, flat, config.fisher_fraction)
         batch_kl = trpo.kl_fn(networks, layout, params, flat)
         before, grad = jax.value_and_grad(surrogate)(params)
-        hp = config.hp
         nat = tr.natural_step(
             fisher_kl, params, grad, hp.max_kl, damping, iters, hp.cg_tol, config.cg_solver
         )
@@ -115,11 +124,12 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    trainer, layout, flat = next_batch(policy)
-    solve = make_solve(trainer, layout)
-    params, max_kl = policy.state.params.policy, float(trainer.config.hp.max_kl)
+    hp = member_hparams(policy)
+    trainer, layout, flat = next_batch(policy, hp)
+    solve = make_solve(trainer, layout, hp)
+    params, max_kl = policy.state.params.policy, round(float(hp.max_kl), 6)
     rows = []
-    for damping in args.damping or [float(trainer.config.hp.damping)]:
+    for damping in args.damping or [round(float(hp.damping), 6)]:
         reference = solve(args.reference, damping, params, flat)[0].step
         for iters in sorted(set(args.iters + [args.reference])):
             nat, gain, kl = jax.block_until_ready(solve(iters, damping, params, flat))
