@@ -159,3 +159,22 @@ def test_many_settings_grow_the_table_down_the_page_not_across_it(settings, tmp_
         i = int(row[1].split("=")[1].rstrip(")")) - 1
         assert row[3].startswith(f"{i + 1:.4g} [") and row[4] == "2"  # mean of i and i + 2
         assert row[5] == cells[row[1]]["note"]  # its own note, not every algorithm's
+
+
+@needs_rliable
+def test_settings_that_differ_past_the_fourth_field_are_still_rows_of_their_own(tmp_path, capsys):
+    # five fields differ; the first two groups agree on the first four (sorted) and differ
+    # only in num_steps: their short labels are the same, so neither may be pooled
+    runs = tmp_path / "runs"
+    _run_folder(runs / "a", [1.0], _with(num_steps=16))
+    _run_folder(runs / "b", [9.0], _with(num_steps=32))
+    _run_folder(runs / "c", [2.0], _with(num_steps=16, hp_gamma=0.9))
+    _run_folder(runs / "d", [3.0], _with(num_steps=16, hp_learning_rate=0.003))
+    _run_folder(runs / "e", [4.0], _with(num_steps=16, layer_norm=True, num_envs=16))
+    cells, stdout = _per_task([runs], tmp_path / "report", capsys)
+    assert len(cells) == 5 and all(cell["seeds"] == 1 for cell in cells.values())
+    base = "hp.gamma=0.99, hp.learning_rate=0.001, layer_norm=false, num_envs=8"
+    assert cells[f"ppo ({base}, num_steps=16)"]["mean"] == pytest.approx(1.0)
+    assert cells[f"ppo ({base}, num_steps=32)"]["mean"] == pytest.approx(9.0)
+    assert "ppo (hp.gamma=0.9, hp.learning_rate=0.001, layer_norm=false, num_envs=8, ...)" in cells
+    assert "concatenated" not in stdout

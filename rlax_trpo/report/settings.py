@@ -128,13 +128,22 @@ def _split_cell(algo: str, task: str, cell: list[dict[str, Any]]) -> list[str]:
         if len({_text(s[k]) for s, _ in groups if k in s}) > 1
     )
     for settings, members in groups:
-        shown = [k for k in differ if k in settings]
-        label = ", ".join(f"{k}={_text(settings[k])}" for k in shown[:4])
         for run in members:
-            run["algorithm"] = f"{algo} ({label}{', ...' if len(shown) > 4 else ''})"
+            run["algorithm"] = f"{algo} ({_label(settings, differ, groups)})"
     for run in unknown:
         run["algorithm"] = f"{algo} (settings unknown)"
     said = f"{algo} on {task}: its inputs ran {len(groups)} different settings, each reported"
     said += f" as a row of its own (they differ in {', '.join(differ)})"
     unread = "its settings could not be read; reported as"
     return [said, *(f"{run['path']}: {unread} {algo} (settings unknown)" for run in unknown)]
+
+
+def _label(settings: dict[str, Any], differ: list[str], groups: list) -> str:
+    """The fields of `differ` a group has, with its values: the first four, or all of them
+    where another group shows the same first four (the two differ further on), so that two
+    groups never share a row."""
+    shown = [k for k in differ if k in settings]
+    first = lambda s: [(k, _text(s[k])) for k in differ if k in s][:4]
+    if sum(first(other) == first(settings) for other, _ in groups) > 1:
+        return ", ".join(f"{k}={_text(settings[k])}" for k in shown)
+    return ", ".join(f"{k}={v}" for k, v in first(settings)) + (", ..." if len(shown) > 4 else "")
