@@ -6,9 +6,10 @@
 #           or trust region x GAE lambda), 4 seeds per setting (20-23).
 # Run from the checkout's root with wheelhouse/ (benchmarks/gpu_wheels.sh) beside it; the
 # result JSON go to $OUT/<part>/, each part's log to $OUT/<part>.log. A smoke run on a CPU:
-# BUDGET=N runs every part at N env steps without the time limits, and EXTRA="num_envs=16"
-# shrinks each member's batch (the populations' observation buffers alone are 6.5-8.7 GB at
-# 256 environments).
+# BUDGET=N runs every part at N env steps without the time limits, and
+# EXTRA="num_envs=16 hidden_sizes=[32,32]" shrinks each member (at 256 environments the
+# populations' observation buffers alone are 6.5-8.7 GB; at the bundled width the TRPO
+# population takes about 12 GB on the host even at 16 environments).
 #
 #   bash benchmarks/results/craftax_1m_h200/run.sh [GROUP or PART ...]   # default: both groups
 #
