@@ -120,6 +120,11 @@ SMOKE = {
          "1"],
         (),
     ),
+    "trpo_update.py": (
+        [PY, "benchmarks/trpo_update.py", "--config", "trpo_cartpole", "--field",
+         "line_search_batch", "--values", "0", "1", "--repeats", "2", *TINY_RUN],
+        (),
+    ),
     "trpo_vs_sb3.py": (
         [PY, "benchmarks/trpo_vs_sb3.py", "--steps", "2048", "--seeds", "1", "--no-sb3"],
         (),

@@ -242,8 +242,10 @@ class LineSearchResult(NamedTuple):
     accepted: jax.Array  # bool
     index: jax.Array  # int32 index of the accepted fraction (num candidates if none)
     fraction: jax.Array  # the accepted fraction beta^j (0 if none)
-    improvements: jax.Array  # [K] surrogate improvement of every candidate
-    kls: jax.Array  # [K] mean KL of every candidate
+    improvements: jax.Array  # [K] surrogate improvement of every candidate (NaN: not tried)
+    kls: jax.Array  # [K] mean KL of every candidate (NaN: not tried)
+    improvement: jax.Array  # of the accepted candidate (0 if none: theta_old's own)
+    kl: jax.Array  # of the accepted candidate (0 if none)
 
 
 def line_search_fractions(decay: jax.Array, num_steps: int) -> jax.Array:
@@ -270,9 +272,12 @@ def backtracking_line_search(
 ) -> LineSearchResult:
     """Accept the first theta + f_j step with KL <= slack * delta and improvement > 0.
 
-    All K candidates are evaluated at once (`jax.vmap`, static shape; with `batch` > 0,
-    `batch` at a time in a loop, `jax.lax.map`, which holds one batch's intermediates instead
-    of K's: a recurrent policy re-runs its memory over the whole batch for each candidate).
+    With `batch` = 0 all K candidates are evaluated at once (`jax.vmap`). With `batch` > 0
+    they are evaluated `batch` at a time, largest first, in a `jax.lax.while_loop` that stops
+    after the first batch holding a passing candidate: it holds one batch's intermediates
+    instead of K's (a recurrent policy re-runs its memory over the whole batch for each
+    candidate), and where the full step is accepted, as it mostly is, it evaluates one
+    candidate in place of K. Candidates it did not reach have NaN improvement and KL.
     The first one that passes is selected with `argmax`, and the output is built with
     `jnp.where` on every leaf, so when no candidate passes the parameters returned are the
     input ones bit for bit (Schulman et al. 2015, App. C; OpenAI baselines trpo_mpi;
@@ -285,18 +290,50 @@ def backtracking_line_search(
       fractions: `[K]` candidate fractions, largest first (`line_search_fractions`).
       max_kl: delta.
       kl_slack: acceptance factor on delta (1.0 = strict; baselines uses 1.5).
-      batch: candidates evaluated at once (0: all K).
+      batch: candidates evaluated at once (0: all K; > 0: batch by batch until one passes).
     """
     chex.assert_rank(fractions, 1)
     candidate = lambda f: tree_axpy(f, step, params)
-    tried = lambda f: evaluate(candidate(f))
-    if 0 < batch < fractions.shape[0]:
-        improvements, kls = jax.lax.map(tried, fractions, batch_size=batch)
+    tried = jax.vmap(lambda f: evaluate(candidate(f)))
+    passes = lambda imp, kl: (kl <= kl_slack * max_kl) & (imp > 0) & jnp.isfinite(imp)
+    if batch > 0:
+        improvements, kls = _until_first_pass(tried, passes, fractions, batch)
     else:
-        improvements, kls = jax.vmap(tried)(fractions)
-    passed = (kls <= kl_slack * max_kl) & (improvements > 0) & jnp.isfinite(improvements)
-    accepted, index = first_passing(passed)
-    fraction = jnp.where(accepted, fractions[jnp.minimum(index, fractions.shape[0] - 1)], 0.0)
+        improvements, kls = tried(fractions)
+    accepted, index = first_passing(passes(improvements, kls))
+    pick = lambda x: jnp.where(accepted, x[jnp.minimum(index, fractions.shape[0] - 1)], 0.0)
+    fraction = pick(fractions)
     chosen = candidate(fraction)
     new_params = jax.tree.map(lambda n, o: jnp.where(accepted, n, o), chosen, params)
-    return LineSearchResult(new_params, accepted, index, fraction, improvements, kls)
+    realised = (pick(improvements), pick(kls))
+    return LineSearchResult(new_params, accepted, index, fraction, improvements, kls, *realised)
+
+
+def _until_first_pass(
+    tried: Callable[[jax.Array], tuple[jax.Array, jax.Array]],
+    passes: Callable[[jax.Array, jax.Array], jax.Array],
+    fractions: jax.Array,
+    batch: int,
+) -> tuple[jax.Array, jax.Array]:
+    """(improvements, kls) `[K]` of the candidates evaluated `batch` at a time, largest first,
+    until a batch holds one that `passes`; NaN for those not reached. The last batch is
+    padded to `batch` candidates whose results are discarded (NaN)."""
+    k = fractions.shape[0]
+    batch = min(batch, k)
+    rounds = -(-k // batch)
+    padded = jnp.pad(fractions, (0, rounds * batch - k)).reshape(rounds, batch)
+    real = (jnp.arange(rounds * batch) < k).reshape(rounds, batch)
+    unknown = jnp.full((rounds, batch), jnp.nan, dtype=fractions.dtype)
+
+    def searching(carry):
+        i, improvements, kls = carry
+        return (i < rounds) & ~passes(improvements, kls).any()
+
+    def one_round(carry):
+        i, improvements, kls = carry
+        imp, kl = tried(padded[i])
+        imp, kl = (jnp.where(real[i], x, jnp.nan).astype(fractions.dtype) for x in (imp, kl))
+        return i + 1, improvements.at[i].set(imp), kls.at[i].set(kl)
+
+    _, improvements, kls = jax.lax.while_loop(searching, one_round, (0, unknown, unknown))
+    return improvements.reshape(-1)[:k], kls.reshape(-1)[:k]

@@ -88,6 +88,17 @@ def test_a_field_one_run_lacks_does_not_split_them(tmp_path, capsys):
 
 
 @needs_rliable
+def test_runs_that_differ_only_in_how_they_compute_pool(tmp_path, capsys):
+    """`line_search_batch` evaluates TRPO's candidates all at once or batch by batch, the
+    same step either way: runs differing only in it are one row."""
+    runs = tmp_path / "runs"
+    _run_folder(runs / "a", [1.0, 2.0], _with(line_search_batch=0))
+    _run_folder(runs / "b", [3.0, 4.0], _with(line_search_batch=1))
+    cells, _ = _per_task([runs], tmp_path / "report", capsys)
+    assert list(cells) == ["ppo"] and cells["ppo"]["seeds"] == 4
+
+
+@needs_rliable
 def test_a_published_command_is_resolved_against_its_config_file(tmp_path, capsys):
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "ppo_test.yaml").write_text(

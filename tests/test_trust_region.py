@@ -212,9 +212,10 @@ def _line_search_setup():
     return params, step, fractions
 
 
+@pytest.mark.parametrize("batch", [0, 4])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("failure", ["kl_too_large", "no_improvement"])
-def test_failed_line_search_leaves_parameters_bit_identical(mode, failure):
+def test_failed_line_search_leaves_parameters_bit_identical(mode, failure, batch):
     params, step, fractions = _line_search_setup()
 
     def evaluate(p):
@@ -225,9 +226,11 @@ def test_failed_line_search_leaves_parameters_bit_identical(mode, failure):
         return -size - 1e-3, 0.0 * size  # KL fine, never improves
 
     search = maybe_jit(
-        lambda p: tr.backtracking_line_search(evaluate, p, step, fractions, 0.01, 1.0), mode
+        lambda p: tr.backtracking_line_search(evaluate, p, step, fractions, 0.01, 1.0, batch),
+        mode,
     )
     res = search(params)
+    assert np.isfinite(res.improvements).all()  # every candidate tried, in batches or not
     assert not bool(res.accepted)
     assert int(res.index) == fractions.shape[0]
     for got, want in zip(jax.tree.leaves(res.params), jax.tree.leaves(params), strict=True):
@@ -288,10 +291,12 @@ def test_jax_cg_gives_cg_a_zero_guess_shaped_like_b(monkeypatch):
         assert all(a.shape == c.shape for a, c in pairs)
 
 
-@pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize("batch", [1, 4, 10])
 def test_line_search_in_batches_evaluates_the_candidates_as_all_at_once(batch):
-    """`batch` candidates at a time (jax.lax.map) gives every candidate's improvement and KL
-    and the step chosen from them, as evaluating all K at once (jax.vmap) does."""
+    """`batch` candidates at a time gives the improvement and KL of every candidate up to the
+    end of the first batch holding a passing one, and the step chosen from them, as
+    evaluating all K at once (jax.vmap) does; the candidates after that batch are never
+    evaluated (NaN)."""
     params, step, fractions = _line_search_setup()
 
     def evaluate(p):
@@ -302,8 +307,11 @@ def test_line_search_in_batches_evaluates_the_candidates_as_all_at_once(batch):
     batched = jax.jit(
         lambda p: tr.backtracking_line_search(evaluate, p, step, fractions, 0.01, 1.0, batch)
     )(params)
-    np.testing.assert_allclose(batched.improvements, at_once.improvements, rtol=1e-6)
-    np.testing.assert_allclose(batched.kls, at_once.kls, rtol=1e-6)
+    reached = {1: 2, 4: 4, 10: 6}[batch]  # the batches up to the one holding index 1, of K = 6
+    for got, want in ((batched.improvements, at_once.improvements), (batched.kls, at_once.kls)):
+        np.testing.assert_allclose(got[:reached], want[:reached], rtol=1e-6)
+        assert np.isnan(got[reached:]).all()
+    assert np.isfinite(at_once.improvements).all()
     assert int(batched.index) == int(at_once.index) == 1 and bool(batched.accepted)
     chosen = zip(jax.tree.leaves(batched.params), jax.tree.leaves(at_once.params), strict=True)
     for got, want in chosen:
@@ -339,3 +347,24 @@ def test_line_search_in_batches_holds_one_batchs_intermediates():
     assert at_once[20] >= 1.5 * at_once[10], at_once  # grows with the candidates
     assert one[20] <= one[10] + activation, one  # does not
     assert 2 * one[10] <= at_once[10], (one, at_once)
+
+
+def test_line_search_in_batches_under_vmap_stops_each_member_at_its_own_candidate():
+    """Vmapped over members whose first passing candidates differ (max KL 0.05, 0.01, 1e-9:
+    index 0, 1, none), the loop in batches gives each member what it gives alone."""
+    params, step, fractions = _line_search_setup()
+
+    def evaluate(p):
+        f = (p["b"][0] - params["b"][0]) / step["b"][0]
+        return f, 0.02 * f**2
+
+    search = lambda max_kl: tr.backtracking_line_search(
+        evaluate, params, step, fractions, max_kl, 1.0, 1
+    )
+    max_kls = jnp.array([0.05, 0.01, 1e-9])
+    together = jax.jit(jax.vmap(search))(max_kls)
+    np.testing.assert_array_equal(together.index, [0, 1, fractions.shape[0]])
+    for member, max_kl in enumerate(max_kls):
+        alone = search(max_kl)
+        np.testing.assert_array_equal(together.improvements[member], alone.improvements)
+        np.testing.assert_array_equal(together.fraction[member], alone.fraction)

@@ -83,8 +83,8 @@ class NPGFields(AdvantageFields, CriticFitterFields):
 
 class TRPOFields(NPGFields):
     line_search_steps: int = Field(10, gt=0)
-    # candidates evaluated at once (0: all); fewer hold less memory (trpo_memory_craftax: 1)
-    line_search_batch: int = Field(0, ge=0)
+    # candidates evaluated at once, batch by batch until one passes (0: all K at once)
+    line_search_batch: int = Field(1, ge=0)
 
 
 @flax.struct.dataclass
@@ -193,23 +193,15 @@ def trust_region_step(
 
     if line_search:
         fractions = tr.line_search_fractions(hp.line_search_decay, config.line_search_steps)
-        ls = tr.backtracking_line_search(
-            evaluate,
-            policy_params,
-            nat.step,
-            fractions,
-            hp.max_kl,
-            hp.kl_slack,
-            config.line_search_batch,
-        )
+        search = (hp.max_kl, hp.kl_slack, config.line_search_batch)
+        ls = tr.backtracking_line_search(evaluate, policy_params, nat.step, fractions, *search)
         new_policy, accepted, fraction = ls.params, ls.accepted, ls.fraction
         tried = jnp.where(accepted, ls.index + 1, config.line_search_steps)
+        actual_improvement, kl = ls.improvement, ls.kl  # of the step applied (0: rejected)
     else:
         new_policy = tr.tree_axpy(1.0, nat.step, policy_params)
         accepted, fraction, tried = jnp.asarray(True), jnp.float32(1.0), jnp.int32(0)
-
-    # Realised quantities of the step actually applied (zero when it was rejected).
-    actual_improvement, kl = evaluate(new_policy)
+        actual_improvement, kl = evaluate(new_policy)
     metrics = {
         "trpo/cg_residual": nat.cg_residual,
         "trpo/expected_improvement": fraction * nat.expected_improvement,

@@ -24,10 +24,15 @@ import yaml
 
 from rlax_trpo.errors import ConfigError
 
+# Fields that change how a result is computed, not what it is (TRPO's line search gives
+# the same step whether its candidates are evaluated all at once or batch by batch): runs that
+# differ only in them pool.
+HOW_NOT_WHAT = frozenset({"line_search_batch"})
+
 
 def settings_of(run: dict[str, Any]) -> dict[str, Any] | None:
-    """The flattened resolved config (`hp.max_kl`, ...) of a report record, or None when it
-    cannot be read."""
+    """The flattened resolved config (`hp.max_kl`, ...) of a report record, less the fields in
+    `HOW_NOT_WHAT`, or None when it cannot be read."""
     path = Path(run["path"])
     try:
         if path.name == "summary.json":
@@ -39,7 +44,7 @@ def settings_of(run: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if not isinstance(raw, dict):
         return None
-    return _flatten(raw)
+    return {k: v for k, v in _flatten(raw).items() if k not in HOW_NOT_WHAT}
 
 
 def _resolve(path: Path, command: Any) -> dict[str, Any] | None:
