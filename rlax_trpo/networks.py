@@ -182,10 +182,12 @@ def make_networks(config: Any, spec: EnvSpec, with_value: bool = True) -> Networ
     cnn = uses_cnn(config, spec)
     # The torsos' (and feed-forward heads') arithmetic; parameters are float32 either way.
     dtype = jnp.dtype(getattr(config, "compute_dtype", "float32"))
-    ln = bool(getattr(config, "layer_norm", False))  # in every torso, policy's and critic's
+    ln = bool(getattr(config, "layer_norm", False))  # in the policy's torso (and critic's)
     hidden = tuple(config.hidden_sizes)
-    # The critic's widths and memory: fields of the algorithms that learn one (not GRPO).
+    # The critic's widths, normalisation and memory: fields of the algorithms that learn one.
     value_hidden = tuple(getattr(config, "value_hidden_sizes", None) or hidden)
+    value_ln = getattr(config, "value_layer_norm", None)
+    value_ln = ln if value_ln is None else bool(value_ln)
     policy_cell, value_cell = memory_cells(config)
     size = getattr(config, "memory_size", 0)
     if spec.discrete:
@@ -200,21 +202,22 @@ def make_networks(config: Any, spec: EnvSpec, with_value: bool = True) -> Networ
         )
         to_dist = lambda out: distrax.MultivariateNormalDiag(out[0], jnp.exp(out[1]))
         head = "gaussian"
-    value_net = ValueNet(value_hidden, config.activation, cnn, dtype, layer_norm=ln)
+    value_net = ValueNet(value_hidden, config.activation, cnn, dtype, layer_norm=value_ln)
     dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
     if policy_cell is None and (value_cell is None or not with_value):
         return _feed_forward(policy_net, value_net, to_dist, dummy, with_value, spec)
 
-    def part(ff_net, cell, head, hidden_sizes):
+    def part(ff_net, cell, head, hidden_sizes, norm):
         if cell is None:
             return None, ff_net
         net = MemoryNet(
-            head, spec.num_actions, hidden_sizes, config.activation, cnn, cell, size, dtype, ln
+            head, spec.num_actions, hidden_sizes, config.activation, cnn, cell, size, dtype, norm
         )
         return make_recurrent(net, spec.obs_shape), None
 
-    pi_rec, pi_ff = part(policy_net, policy_cell, head, hidden)
-    v_rec, v_ff = part(value_net, value_cell if with_value else None, "value", value_hidden)
+    pi_rec, pi_ff = part(policy_net, policy_cell, head, hidden, ln)
+    v_cell = value_cell if with_value else None
+    v_rec, v_ff = part(value_net, v_cell, "value", value_hidden, value_ln)
 
     def init(key: jax.Array) -> Params:
         k_pi, k_v = jax.random.split(key)

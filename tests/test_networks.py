@@ -149,3 +149,21 @@ def test_layer_norm_makes_each_layer_blind_to_the_scale_of_its_pre_activations(e
     assert count == 0
     _, logits_scaled, values_scaled = outputs(False, 7.0)
     assert np.abs(values_scaled - values).max() > 1e-2
+
+
+@pytest.mark.parametrize("extra", [{}, {"memory": "gru"}])
+@pytest.mark.parametrize("layer_norm, value_layer_norm", [(False, True), (True, False)])
+def test_value_layer_norm_sets_the_critics_torso_alone(extra, layer_norm, value_layer_norm):
+    """`value_layer_norm` puts layer norm in the critic's torso, or takes it out, whatever
+    `layer_norm` does for the policy's (feed-forward and memory critics alike)."""
+    spec = make_env("CartPole-v1").spec
+    config = Config.create(env="CartPole-v1", hidden_sizes=[32, 32], layer_norm=layer_norm,
+                           value_layer_norm=value_layer_norm, **extra)  # fmt: skip
+    params = make_networks(config, spec).init(jax.random.key(0))
+
+    def norms(tree):
+        paths = jax.tree_util.tree_leaves_with_path(tree)
+        return sum("LayerNorm" in jax.tree_util.keystr(p) for p, _ in paths)
+
+    assert norms(params.policy) == (4 if layer_norm else 0)  # scale and offset of 2 layers
+    assert norms(params.value) == (4 if value_layer_norm else 0)

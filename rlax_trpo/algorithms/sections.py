@@ -36,6 +36,7 @@ class AdvantageFields(Section):
     n_step: int = Field(5, gt=0)  # with advantage: nstep
     normalize_advantages: bool = True
     value_hidden_sizes: tuple[PositiveInt, ...] | None = None  # critic (None: as the policy)
+    value_layer_norm: bool | None = None  # critic's torso (None: as `layer_norm`)
     value_memory: Literal["none", "gru", "lstm"] | None = None  # critic (None: as the policy)
 
     read_only_with = {
