@@ -6,8 +6,9 @@ It resolves the configuration, collects one batch with the initial policy, compi
 `algorithm.update` once for each value of `--field`, then times `--repeats` rounds in which
 every value's update runs once (so a busy machine slows them alike), and prints each value's
 median seconds per update, its ratio to the first value's, and the line search's candidates
-tried on that batch. An update is the whole learner step: the surrogate's gradient, CG on
-Fisher-vector products, the line search, the critic's epochs.
+tried on that batch (the batch collected as training collects it: memory policies and the
+vine included; observations unnormalised). An update is the whole learner step: the
+surrogate's gradient, CG on Fisher-vector products, the line search, the critic's epochs.
 
     python benchmarks/trpo_update.py --config configs/trpo_craftax.yaml num_envs=256 \\
         num_steps=32 fisher_fraction=0.25 value_minibatches=16 hp.max_kl=0.02 \\
@@ -36,6 +37,7 @@ from _publish import parse_with_overrides, publish
 from rlax_trpo import load_config, make_trainer
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.rollout import EnvCarry, collect
+from rlax_trpo.training import acting_policy
 
 
 def compiled_update(config_file: str, overrides: list[str]):
@@ -45,9 +47,11 @@ def compiled_update(config_file: str, overrides: list[str]):
         raise ConfigError(f"trpo_update.py times TRPO and NPG; the config is {config.algorithm}")
     trainer = make_trainer(config)
     state = trainer.init(jax.random.key(0), config.hp)
-    policy = lambda obs: trainer.networks.policy(state.params.policy, obs)
-    carry = EnvCarry(state.env_state, state.obs, state.episode)
-    rollout = collect(trainer.env, policy, carry, jax.random.key(1), config.num_steps)
+    # as the training loop acts: the policy's memory and the vine's own collection included
+    policy = acting_policy(trainer.networks, state.params, lambda obs: obs)
+    carry = EnvCarry(state.env_state, state.obs, state.episode, state.memory, state.first)
+    collect_fn = trainer.algorithm.collect or collect
+    rollout = collect_fn(trainer.env, policy, carry, jax.random.key(1), config.num_steps)
     batch = trainer.algorithm.make_batch(state.params, rollout.trajectory, config.hp)
     args = (state.params, state.algo_state, batch, config.hp, jax.random.key(2))
     update = jax.jit(trainer.algorithm.update)
