@@ -10,12 +10,16 @@ solve's direction, and for the step scaled to the run's trust region (max KL del
 search) the surrogate gain the quadratic model expects, the gain it realises on the batch,
 the realised mean KL over the whole batch, and the realised gain scaled to KL = delta
 (gain x sqrt(delta / KL): gain grows linearly along a ray, KL quadratically), the figure that
-compares directions at equal trust-region cost. F is the run's: the Hessian of the KL on the
-run's `fisher_fraction` of the batch; the hyperparameters are the member's (its sweep setting or
-PBT carry).
+compares directions at equal trust-region cost. With `--holdout` it also collects the batch
+after that one with the same parameters (the environments continue; the policy does not
+learn in between) and reports the same step's gain and KL on it: the step is fitted to the
+first batch, so its gain on the second is what it is worth on states it was not fitted to.
+F is the run's: the Hessian of the KL on the run's `fisher_fraction` of the batch; the
+hyperparameters are the member's (its sweep setting or PBT carry).
 
     python benchmarks/cg_convergence.py runs/trpo_craftax --iters 5 10 20 40 --reference 80 \
         --damping 0.1 0.01
+    python benchmarks/cg_convergence.py runs/trpo_craftax --iters 10 40 --damping 0.1 1.0 --holdout
     python benchmarks/cg_convergence.py runs/tiny --train trpo_cartpole total_env_steps=4096
 
 With `--train CONFIG key=value ...` it first trains that configuration into the run folder.
@@ -57,8 +61,10 @@ def member_hparams(policy):
     return policy.config.hp.replace(**{k: jnp.float32(v) for k, v in swept.items()})
 
 
-def next_batch(policy, hp):
-    """The flat batch the run's next iteration learns from, and the trainer that made it."""
+def next_trajectories(policy, hp, count=1):
+    """The trainer of the run's config, and the trajectory its next iteration learns from
+    followed by `count - 1` more collected with the same parameters (the environments carry
+    on; the policy does not learn in between), each normalised as the learner sees it."""
     config, state = policy.config, policy.state
     trainer = make_trainer(config)
     rollout = (
@@ -67,37 +73,63 @@ def next_batch(policy, hp):
         else collect
     )
 
-    def batch_of(state):
+    def trajectories_of(state):
         k_rollout = jax.random.split(state.key, 3)[1]  # as `make_trainer`'s iteration draws it
         act = acting_policy(trainer.networks, state.params, policy.observe)
         start = EnvCarry(state.env_state, state.obs, state.episode, state.memory, state.first)
-        ro = rollout(trainer.env, act, start, k_rollout, config.num_steps)
         stats = Statistics(state.obs_stats, state.return_stats, state.return_acc)
-        traj, _ = normalize_trajectory(config, stats, ro.trajectory, ro.done, hp.gamma)
-        return trainer.algorithm.make_batch(state.params, traj, hp)
+        trajectories = []
+        for key in [k_rollout, *jax.random.split(jax.random.fold_in(k_rollout, 1), count - 1)]:
+            ro = rollout(trainer.env, act, start, key, config.num_steps)
+            traj, _ = normalize_trajectory(config, stats, ro.trajectory, ro.done, hp.gamma)
+            trajectories.append(traj)
+            start = ro.carry
+        return trajectories
 
+    return trainer, jax.jit(trajectories_of)(state)
+
+
+def next_batches(policy, hp, count=1):
+    """The flat batch the run's next iteration learns from (and with `count=2` the batch
+    after it, collected with the same parameters), and the trainer that made them."""
+    trainer, trajectories = next_trajectories(policy, hp, count)
+    config, state = policy.config, policy.state
     layout = batch_layout(config, trainer.networks, value_minibatches=config.value_minibatches)
-    return trainer, layout, layout.learner(jax.jit(batch_of)(state))
+    make_batch = jax.jit(trainer.algorithm.make_batch)
+    return trainer, layout, [layout.learner(make_batch(state.params, t, hp)) for t in trajectories]
 
 
 def make_solve(trainer, layout, hp):
-    """(iters, damping, policy params, flat batch) -> the scaled natural step and its figures."""
+    """(iters, damping, policy params, flat batch, held-out batch or None) -> the scaled
+    natural step, its realised gain and KL on the batch, and on the held-out batch."""
     config, networks = trainer.config, trainer.networks
 
-    @functools.partial(jax.jit, static_argnums=0)
-    def solve(iters, damping, params, flat):
+    def surrogate_of(flat):
         adv = losses.normalize(flat.advantage) if config.normalize_advantages else flat.advantage
-        surrogate = trpo.surrogate_fn(networks, flat, jax.lax.stop_gradient(adv))
+        return trpo.surrogate_fn(networks, flat, jax.lax.stop_gradient(adv))
+
+    def gain_and_kl(params, candidate, flat):
+        surrogate = surrogate_of(flat)
+        kl = trpo.kl_fn(networks, layout, params, flat)(candidate)
+        return surrogate(candidate) - surrogate(params), kl
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def solve(iters, damping, params, flat, held_out=None):
         fisher_kl = trpo.kl_fn(networks, layout, params, flat, config.fisher_fraction)
-        batch_kl = trpo.kl_fn(networks, layout, params, flat)
-        before, grad = jax.value_and_grad(surrogate)(params)
+        grad = jax.grad(surrogate_of(flat))(params)
         nat = tr.natural_step(
             fisher_kl, params, grad, hp.max_kl, damping, iters, hp.cg_tol, config.cg_solver
         )
         candidate = tr.tree_axpy(1.0, nat.step, params)
-        return nat, surrogate(candidate) - before, batch_kl(candidate)
+        on_held_out = None if held_out is None else gain_and_kl(params, candidate, held_out)
+        return nat, *gain_and_kl(params, candidate, flat), on_held_out
 
     return solve
+
+
+def at_max_kl(gain, kl, max_kl):
+    """The realised gain scaled to KL = max_kl along the step's ray (gain linear, KL square)."""
+    return round(float(gain) * (max_kl / max(float(kl), 1e-12)) ** 0.5, 5)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, nargs="+", default=[5, 10, 20, 40], help="CG lengths")
     p.add_argument("--reference", type=int, default=80, help="CG length of the reference solve")
     p.add_argument("--damping", type=float, nargs="+", help="default: the run's hp.damping")
+    p.add_argument(
+        "--holdout", action="store_true", help="also the step's gain and KL on the next batch"
+    )
     p.add_argument("--json", type=Path)
     p.add_argument("--train", nargs="+", metavar="CONFIG key=value", help="train this first")
     args = p.parse_args(argv)
@@ -125,14 +160,17 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     hp = member_hparams(policy)
-    trainer, layout, flat = next_batch(policy, hp)
+    trainer, layout, batches = next_batches(policy, hp, 2 if args.holdout else 1)
+    flat, held_out = batches[0], (batches[1] if args.holdout else None)
     solve = make_solve(trainer, layout, hp)
     params, max_kl = policy.state.params.policy, round(float(hp.max_kl), 6)
     rows = []
     for damping in args.damping or [round(float(hp.damping), 6)]:
-        reference = solve(args.reference, damping, params, flat)[0].step
+        reference = solve(args.reference, damping, params, flat, held_out)[0].step
         for iters in sorted(set(args.iters + [args.reference])):
-            nat, gain, kl = jax.block_until_ready(solve(iters, damping, params, flat))
+            nat, gain, kl, on_held_out = jax.block_until_ready(
+                solve(iters, damping, params, flat, held_out)
+            )
             cosine = tr.tree_vdot(nat.step, reference) / (
                 tr.tree_norm(nat.step) * tr.tree_norm(reference)
             )
@@ -144,8 +182,13 @@ def main(argv: list[str] | None = None) -> int:
                 "expected_gain": round(float(nat.expected_improvement), 5),
                 "realised_gain": round(float(gain), 5),
                 "realised_kl": round(float(kl), 5),
-                "gain_at_max_kl": round(float(gain) * (max_kl / max(float(kl), 1e-12)) ** 0.5, 5),
+                "gain_at_max_kl": at_max_kl(gain, kl, max_kl),
             }
+            if on_held_out is not None:
+                held_gain, held_kl = on_held_out
+                row["held_out_gain"] = round(float(held_gain), 5)
+                row["held_out_kl"] = round(float(held_kl), 5)
+                row["held_out_gain_at_max_kl"] = at_max_kl(held_gain, held_kl, max_kl)
             rows.append(row)
             print(" ".join(f"{k} {v}" for k, v in row.items()), flush=True)
     config = trainer.config
@@ -158,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         "fisher_fraction": config.fisher_fraction,
         "max_kl": max_kl,
         "reference_cg_iters": args.reference,
+        "held_out_batch": args.holdout,
         "rows": rows,
     }
     publish("cg_convergence", figures, args.json)

@@ -38,7 +38,7 @@ SMOKE = {
     ),
     "cg_convergence.py": (
         [PY, "benchmarks/cg_convergence.py", "{out}/run", "--iters", "2", "--reference", "4",
-         "--train", "trpo_cartpole", *TINY_RUN],
+         "--holdout", "--train", "trpo_cartpole", *TINY_RUN],
         (),
     ),
     "compile_cache.py": ([PY, "benchmarks/compile_cache.py", "--repeats", "1", *TINY_RUN], ()),
@@ -123,6 +123,11 @@ SMOKE = {
     "trpo_update.py": (
         [PY, "benchmarks/trpo_update.py", "--config", "trpo_cartpole", "--field",
          "line_search_batch", "--values", "0", "1", "--repeats", "2", *TINY_RUN],
+        (),
+    ),
+    "update_holdout.py": (
+        [PY, "benchmarks/update_holdout.py", "{out}/run", "--holdout", "1", "--variant",
+         "anneal_lr=false", "--train", "ppo_cartpole", *TINY_RUN],
         (),
     ),
     "trpo_vs_sb3.py": (
