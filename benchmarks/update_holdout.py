@@ -135,7 +135,10 @@ def main(argv: list[str] | None = None) -> int:
             "held_out_gain": round(statistics.mean(held_gains), 5),
             "held_out_gains": [round(g, 5) for g in held_gains],
             "held_out_kl": round(statistics.mean(float(k) for _, k in held), 5),
-            "held_out_share": round(statistics.mean(held_gains) / max(float(gain), 1e-12), 3),
+            # None where the update did not move the policy (e.g. an annealed learning rate at 0)
+            "held_out_share": (
+                round(statistics.mean(held_gains) / float(gain), 3) if gain > 1e-9 else None
+            ),
         }
         rows.append(row)
         print(" ".join(f"{k} {v}" for k, v in row.items()), flush=True)
