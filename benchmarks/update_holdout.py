@@ -106,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if getattr(policy.config, "sampling", "single_path") != "single_path":
+        why = "needs single-path sampling (the vine collects its own batch)"
+        print(f"update_holdout: {why}", file=sys.stderr)
+        return 2
     variants = [[], *[shlex.split(v) for v in args.variant]]
     try:
         configs = [variant_config(policy, args.run, v) for v in variants]
