@@ -13,7 +13,9 @@ saw; the held-out gain estimates what it is worth on the states the policy will 
 
 Each `--variant "key=value ..."` re-runs the update with those settings (the algorithm's and
 its hyperparameters', not the network's or the batch's shape) on the same batches, so the
-variants are compared on identical data:
+variants are compared on identical data (TRPO reads its place in an annealing schedule,
+`anneal_max_kl` or `anneal_ent_coef`, off its critic's step count, which a variant of
+`value_epochs` or `value_minibatches` would misread):
 
     python benchmarks/update_holdout.py runs/trpo_craftax --holdout 3 \\
         --variant "hp.damping=1.0" --variant "cg_iters=40"
