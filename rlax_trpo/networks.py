@@ -127,6 +127,28 @@ class Networks(NamedTuple):
         return self.memory is not None
 
 
+class Categorical(distrax.Categorical):
+    """distrax's Categorical, sampled without its check that the probabilities are finite.
+
+    distrax computes the softmax and tests it for finite, non-negative entries on every draw
+    (draws from an invalid distribution become -1), and picks the log-probability by a
+    one-hot product: six of the 46 kernels an environment step of the rollout launches on
+    CartPole (`benchmarks/profile_ppo.py`). The draws and log-probabilities are
+    the same bits as distrax's for finite logits (`tests/test_networks.py`); non-finite
+    logits mean the run has diverged, which the training loop reports (`train/finite`).
+    """
+
+    def _sample_n(self, key: jax.Array, n: int) -> jax.Array:
+        shape = (n,) + self.logits.shape[:-1]
+        return jax.random.categorical(key, self.logits, axis=-1, shape=shape).astype(self._dtype)
+
+    def _sample_n_and_log_prob(self, key: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
+        draws = self._sample_n(key, n)
+        log_probs = jnp.broadcast_to(self.logits, (n,) + self.logits.shape)
+        picked = jnp.take_along_axis(log_probs, draws[..., None].astype(jnp.int32), axis=-1)
+        return draws, picked[..., 0]
+
+
 def policy_on(networks: Networks, params: Any, batch: Any) -> distrax.Distribution:
     """The policy's distribution at every step of `batch` (a `Batch` or anything with `obs`,
     `first` and `memory`): each observation alone, or each stored sequence re-run from the
@@ -194,7 +216,7 @@ def make_networks(config: Any, spec: EnvSpec, with_value: bool = True) -> Networ
         policy_net = CategoricalPolicy(
             spec.num_actions, hidden, config.activation, cnn, dtype, layer_norm=ln
         )
-        to_dist = lambda logits: distrax.Categorical(logits=logits)
+        to_dist = lambda logits: Categorical(logits=logits)
         head = "logits"
     else:
         policy_net = GaussianPolicy(

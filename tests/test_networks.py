@@ -3,6 +3,7 @@ bfloat16 compute option."""
 
 import re
 
+import distrax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from rlax_trpo import Config
 from rlax_trpo.envs import make_env
 from rlax_trpo.layers import patches_3x3
-from rlax_trpo.networks import make_networks
+from rlax_trpo.networks import Categorical, make_networks
 
 
 def test_patches_dense_equals_a_same_convolution():
@@ -40,6 +41,29 @@ def test_policy_heads_and_initial_scales():
     dist = nets.policy(params.policy, jnp.zeros((5, 3)))
     assert dist.sample(seed=jax.random.key(2)).shape == (5, 1)
     np.testing.assert_allclose(dist.stddev(), 1.0)  # learned log-std starts at 0
+
+
+@pytest.mark.parametrize("sample_shape", [(), (3,)])
+def test_categorical_draws_the_same_bits_as_distrax(sample_shape):
+    # Our Categorical skips distrax's finite-probabilities check on every draw; for finite
+    # logits (and -inf ones: actions a policy can never take) draws and log-probabilities
+    # are distrax's bits, so the rollout is unchanged.
+    logits = 3.0 * jax.random.normal(jax.random.key(0), (64, 7))
+    logits = logits.at[::5, 2].set(-jnp.inf)
+    ours, theirs = Categorical(logits=logits), distrax.Categorical(logits=logits)
+    for k in range(4):
+        key = jax.random.key(k)
+        draws, log_prob = ours.sample_and_log_prob(seed=key, sample_shape=sample_shape)
+        ref_draws, ref_log_prob = theirs.sample_and_log_prob(seed=key, sample_shape=sample_shape)
+        assert draws.shape == sample_shape + (64,) and draws.dtype == ref_draws.dtype
+        np.testing.assert_array_equal(draws, ref_draws)
+        np.testing.assert_array_equal(log_prob, ref_log_prob)
+        np.testing.assert_array_equal(ours.sample(seed=key), theirs.sample(seed=key))
+    assert len(np.unique(np.asarray(draws))) > 3  # the draws vary across the batch
+    assert not np.any(np.asarray(draws)[..., ::5] == 2)  # never an impossible action
+    config = Config.create(env="CartPole-v1")  # the discrete head builds ours
+    nets = make_networks(config, make_env("CartPole-v1").spec)
+    assert type(nets.policy(nets.init(jax.random.key(0)).policy, jnp.zeros((2, 4)))) is Categorical
 
 
 def test_cnn_for_minatar():
