@@ -17,7 +17,15 @@ from probe_envs import register_probes
 from rlax_trpo import Config, make_trainer
 from rlax_trpo.envs import make_env, register_env
 from rlax_trpo.errors import ConfigError
-from rlax_trpo.rollout import EnvCarry, collect, fresh_episodes, pooled_step, reset_envs
+from rlax_trpo.rollout import (
+    EnvCarry,
+    _pack,
+    _unpack,
+    collect,
+    fresh_episodes,
+    pooled_step,
+    reset_envs,
+)
 
 
 def _uniform_policy(num_actions):
@@ -55,6 +63,32 @@ def test_collect_records_each_step_time_major_with_both_end_flags_and_pre_reset_
     np.testing.assert_array_equal(ro.trajectory.truncated, cut)
     assert not np.asarray(ro.trajectory.terminated).any()
     np.testing.assert_array_equal(ro.finished_return, np.where(cut, 8.0, 0.0))
+
+
+def test_the_scans_outputs_are_written_packed_and_come_back_leaf_for_leaf():
+    # `collect` stacks its small per-step outputs by shape and dtype (one write per dtype a
+    # step); unpacked after the scan, every leaf is back in its place, bit for bit.
+    b = 3
+    key = iter(jax.random.split(jax.random.key(0), 8))
+    tree = {
+        "log_prob": jax.random.normal(next(key), (b,)),
+        "reward": jax.random.normal(next(key), (b,)),
+        "action": jnp.array([2, 0, 1], jnp.int32),
+        "length": jnp.array([7, 8, 9], jnp.int32),
+        "ends": (jnp.array([True, False, True]), jnp.array([False, False, True])),
+        "obs": jax.random.normal(next(key), (b, 5)),  # wider leaves go as they are
+        "info": {"wood": jnp.float32(2.0), "table": jnp.float32(1.0)},
+        "none": None,
+    }
+    packed = _pack(tree)
+    assert len(packed.arrays) == 5  # f32 [3], i32 [3], bool [3], f32 [3, 5], f32 []
+    later = lambda x: ~x if x.dtype == jnp.bool_ else x + 1  # commutes with the packing
+    steps = jax.tree.map(lambda x: jnp.stack([x, later(x)]), packed)  # as the scan stacks
+    back = _unpack(steps)
+    assert jax.tree.structure(back) == jax.tree.structure(tree)
+    for got, want in zip(jax.tree.leaves(back), jax.tree.leaves(tree), strict=True):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, jnp.stack([want, later(want)]))
 
 
 @pytest.mark.parametrize("probe", ["Probe-two_step", "Probe-timelimit"])
