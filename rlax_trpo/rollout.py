@@ -114,12 +114,16 @@ def _write(buffers: Any, values: Any, t: jax.Array) -> Any:
 
 
 def _pack(tree: Any) -> Any:
-    """The scan's per-step outputs with their small leaves stacked by shape and dtype: the
-    per-environment scalars (`[B]`: action indices, log-probabilities, rewards, end flags,
-    episode figures) into one `[B, k]` array per dtype, the step's summed `info` figures
-    (scalars) into one `[k]`. The scan then writes one array per dtype at every step
-    instead of one per leaf (`benchmarks/profile_ppo.py`: 4 of the 44 kernels of a CartPole
-    step). `_unpack` after the scan gives back the same tree, bit for bit."""
+    """`tree` with its small leaves stacked by shape and dtype: the per-environment scalars
+    (`[B]`: the environment's state variables, episode figures, action indices,
+    log-probabilities, rewards, end flags) into one `[B, k]` array per dtype, the step's
+    summed `info` figures (scalars) into one `[k]`; larger leaves as they are.
+
+    The rollout's loop carries its state packed and stacks its outputs packed. XLA:CPU
+    copies every loop-carried array at each step and writes every stacked output with a
+    kernel of its own, so a step then launches one copy and one write per dtype instead of
+    one per leaf: 28 kernels a CartPole step in place of 41 (`benchmarks/profile_ppo.py`).
+    `_unpack` gives back the same tree, bit for bit."""
     leaves, treedef = jax.tree.flatten(tree)
     groups: dict[Any, list[int]] = {}
     for i, x in enumerate(leaves):
@@ -184,7 +188,8 @@ def collect(
     with_memory = carry.memory is not None
 
     def step(loop, step_key):
-        carry, t, written = loop
+        packed, t, written = loop
+        carry = _unpack(packed)
         env_state, obs, episode, memory, first = carry
         k_act, k_env = jax.random.split(step_key)
         if with_memory:  # the memory is reset where `obs` begins an episode
@@ -210,13 +215,14 @@ def collect(
         next_first = done if with_memory else None
         kept = env_state if keep_states else None
         next_carry = EnvCarry(res.state, res.obs, new_episode, memory, next_first)
-        return (next_carry, t + 1, written), _pack((transition, logs, kept, info))
+        return (_pack(next_carry), t + 1, written), _pack((transition, logs, kept, info))
 
     start = EnvCarry(*carry)
     buffers = jax.tree.map(lambda x: jnp.zeros((num_steps,) + x.shape, x.dtype), start.obs)
     (end, _, (obs, final_obs)), packed = jax.lax.scan(
-        step, (start, jnp.int32(0), (buffers, buffers)), jax.random.split(key, num_steps)
+        step, (_pack(start), jnp.int32(0), (buffers, buffers)), jax.random.split(key, num_steps)
     )
+    end = _unpack(end)
     traj, (ret, length, done), states, info = _unpack(packed)
     traj = traj._replace(obs=obs, final_obs=final_obs)
     info = None if info is None else {k: v.sum() for k, v in info.items()}

@@ -65,9 +65,10 @@ def test_collect_records_each_step_time_major_with_both_end_flags_and_pre_reset_
     np.testing.assert_array_equal(ro.finished_return, np.where(cut, 8.0, 0.0))
 
 
-def test_the_scans_outputs_are_written_packed_and_come_back_leaf_for_leaf():
-    # `collect` stacks its small per-step outputs by shape and dtype (one write per dtype a
-    # step); unpacked after the scan, every leaf is back in its place, bit for bit.
+def test_the_loops_state_and_outputs_go_packed_and_come_back_leaf_for_leaf():
+    # `collect` carries its state and stacks its per-step outputs with the small leaves
+    # packed by shape and dtype (one copy and one write per dtype a step); unpacked, every
+    # leaf is back in its place, bit for bit.
     b = 3
     key = iter(jax.random.split(jax.random.key(0), 8))
     tree = {
