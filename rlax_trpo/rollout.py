@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -113,35 +114,59 @@ def _write(buffers: Any, values: Any, t: jax.Array) -> Any:
     )
 
 
+SMALL = 64  # numbers per environment up to which a leaf is packed with others
+
+
 def _pack(tree: Any) -> Any:
-    """`tree` with its small leaves stacked by shape and dtype: the per-environment scalars
-    (`[B]`: the environment's state variables, episode figures, action indices,
-    log-probabilities, rewards, end flags) into one `[B, k]` array per dtype, the step's
-    summed `info` figures (scalars) into one `[k]`; larger leaves as they are.
+    """`tree` with its small leaves packed by dtype: those of at most `SMALL` numbers per
+    environment (`[B, ...]`: the environment's state variables and a small observation,
+    episode figures, action indices, log-probabilities, rewards, end flags) side by side in
+    one `[B, k]` array per dtype, the step's summed `info` figures (scalars) in one `[k]`;
+    larger leaves as they are.
 
     The rollout's loop carries its state packed and stacks its outputs packed. XLA:CPU
     copies every loop-carried array at each step and writes every stacked output with a
     kernel of its own, so a step then launches one copy and one write per dtype instead of
-    one per leaf: 28 kernels a CartPole step in place of 41 (`benchmarks/profile_ppo.py`).
+    one per leaf: 26 kernels a CartPole step in place of 41 (`benchmarks/profile_ppo.py`).
     `_unpack` gives back the same tree, bit for bit."""
     leaves, treedef = jax.tree.flatten(tree)
     groups: dict[Any, list[int]] = {}
     for i, x in enumerate(leaves):
-        groups.setdefault((x.shape, x.dtype) if x.ndim <= 1 else i, []).append(i)
+        small = x.ndim == 0 or x.size // x.shape[0] <= SMALL
+        groups.setdefault((x.shape[:1], x.dtype) if small else i, []).append(i)
     columns = tuple(tuple(idx) for idx in groups.values())
     arrays = tuple(
-        jnp.stack([leaves[i] for i in idx], -1) if len(idx) > 1 else leaves[idx[0]]
+        leaves[idx[0]] if len(idx) == 1 else _side_by_side([leaves[i] for i in idx])
         for idx in columns
     )
-    return _Packed(arrays, (treedef, columns, len(leaves)))
+    shapes = tuple(tuple(leaves[i].shape for i in idx) for idx in columns)
+    return _Packed(arrays, (treedef, columns, shapes, len(leaves)))
+
+
+def _side_by_side(leaves: list[jax.Array]) -> jax.Array:
+    """Scalars stacked into `[k]`; `[B, ...]` leaves flattened to `[B, n_i]`, concatenated."""
+    if leaves[0].ndim == 0:
+        return jnp.stack(leaves, -1)
+    return jnp.concatenate([x.reshape(x.shape[0], -1) for x in leaves], -1)
 
 
 def _unpack(packed: _Packed) -> Any:
-    treedef, columns, n = packed.meta
+    treedef, columns, shapes, n = packed.meta
     leaves: list[Any] = [None] * n
-    for array, idx in zip(packed.arrays, columns, strict=True):
-        for j, i in enumerate(idx):
-            leaves[i] = array[..., j] if len(idx) > 1 else array
+    for array, idx, group in zip(packed.arrays, columns, shapes, strict=True):
+        if len(idx) == 1:
+            leaves[idx[0]] = array
+            continue
+        start = 0
+        for i, shape in zip(idx, group, strict=True):
+            if not shape:  # scalars, stacked
+                leaves[i] = array[..., start]
+                start += 1
+                continue
+            width = math.prod(shape[1:])
+            part = array[..., start : start + width]
+            leaves[i] = part.reshape(array.shape[:-1] + shape[1:])
+            start += width
     return jax.tree.unflatten(treedef, leaves)
 
 

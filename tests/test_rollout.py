@@ -77,12 +77,15 @@ def test_the_loops_state_and_outputs_go_packed_and_come_back_leaf_for_leaf():
         "action": jnp.array([2, 0, 1], jnp.int32),
         "length": jnp.array([7, 8, 9], jnp.int32),
         "ends": (jnp.array([True, False, True]), jnp.array([False, False, True])),
-        "obs": jax.random.normal(next(key), (b, 5)),  # wider leaves go as they are
+        "obs": jax.random.normal(next(key), (b, 5, 2)),  # small: packed with the f32 [3]
+        "map": jax.random.normal(next(key), (b, 9, 9)),  # over SMALL numbers: as it is
         "info": {"wood": jnp.float32(2.0), "table": jnp.float32(1.0)},
         "none": None,
     }
     packed = _pack(tree)
-    assert len(packed.arrays) == 5  # f32 [3], i32 [3], bool [3], f32 [3, 5], f32 []
+    shapes = sorted((str(x.dtype), x.shape) for x in packed.arrays)
+    assert shapes == [("bool", (b, 2)), ("float32", (2,)), ("float32", (b, 9, 9)),
+                      ("float32", (b, 12)), ("int32", (b, 2))]  # fmt: skip
     later = lambda x: ~x if x.dtype == jnp.bool_ else x + 1  # commutes with the packing
     steps = jax.tree.map(lambda x: jnp.stack([x, later(x)]), packed)  # as the scan stacks
     back = _unpack(steps)
