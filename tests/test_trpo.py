@@ -302,6 +302,37 @@ def test_an_annealed_hp_falls_linearly_to_zero_over_the_run(algorithm, flag, nam
 
 
 @pytest.mark.parametrize("algorithm", ["trpo", "npg"])
+def test_an_annealed_critic_learning_rate_falls_linearly_to_zero_over_the_run(algorithm):
+    # anneal_value_lr: at iteration k of N the critic's Adam steps are those of the
+    # learning rate lr (1 - k/N); the policy's step does not change.
+    base = dict(algorithm=algorithm, num_envs=2, num_steps=64, total_env_steps=512,
+                hidden_sizes=[16], value_minibatches=2, value_epochs=1,
+                hp={"value_learning_rate": 0.01})  # fmt: skip
+    config = Config.create(**base, anneal_value_lr=True)
+    assert config.num_iterations == 4 and not Config.create(**base).anneal_value_lr
+    trainer, state, batch = one_batch(config)
+    plain = make_trainer(Config.create(**base))
+
+    def step(trainer, iteration, lr):
+        critic = state.algo_state.value_opt_state
+        algo_state = state.algo_state._replace(
+            value_opt_state=critic._replace(count=jnp.int32(2 * iteration))
+        )
+        hp = config.hp.replace(value_learning_rate=jnp.float32(lr))
+        update = jax.jit(trainer.algorithm.update)
+        new, _, _ = update(state.params, algo_state, batch, hp, jax.random.key(2))
+        flat = lambda tree: np.concatenate([np.ravel(x) for x in jax.tree.leaves(tree)])
+        return flat(new.value), flat(new.policy)
+
+    (full, policy), (quarter, _) = step(plain, 3, 0.01), step(plain, 3, 0.0025)
+    assert np.abs(full - quarter).max() > 1e-4  # the learning rate moves the critic
+    annealed_value, annealed_policy = step(trainer, 3, 0.01)
+    np.testing.assert_allclose(annealed_value, quarter, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(annealed_policy, policy, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(step(trainer, 0, 0.01)[0], step(plain, 0, 0.01)[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("algorithm", ["trpo", "npg"])
 def test_natural_lr_caps_the_update_below_the_trust_region(algorithm):
     config = Config.create(algorithm=algorithm, num_envs=2, num_steps=64, total_env_steps=128,
                            hidden_sizes=[16], value_minibatches=2, value_epochs=1)  # fmt: skip

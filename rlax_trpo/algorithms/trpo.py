@@ -72,6 +72,7 @@ class NPGFields(AdvantageFields, CriticFitterFields):
     entropy_bonus: Literal["entropy", "log_barrier"] = "entropy"  # what hp.ent_coef weighs
     anneal_ent_coef: bool = False  # hp.ent_coef decays linearly to 0 over the run
     anneal_max_kl: bool = False  # hp.max_kl (the trust region's radius) too
+    anneal_value_lr: bool = False  # hp.value_learning_rate (the critic's Adam) too
 
     # a changed value without its condition is refused; defaults (as every saved config.yaml
     # holds them) are not
@@ -133,8 +134,9 @@ def with_entropy_bonus(surrogate: Any, entropy: Any, ent_coef: jax.Array):
 
 
 def annealed(config: Config, hp: HParams, critic_opt_state: Any) -> HParams:
-    """`hp` with `ent_coef` (`anneal_ent_coef`) and `max_kl` (`anneal_max_kl`) decayed linearly
-    to 0 over the run, as PPO's `anneal_lr`. The iteration is read off the critic's optimiser,
+    """`hp` with `ent_coef` (`anneal_ent_coef`), `max_kl` (`anneal_max_kl`) and
+    `value_learning_rate` (`anneal_value_lr`) decayed linearly to 0 over the run, as PPO's
+    `anneal_lr`. The iteration is read off the critic's optimiser,
     which takes `value_epochs x value_minibatches` steps an iteration: no counter in the state."""
     iteration = critic_opt_state.count // (config.value_epochs * config.value_minibatches)
     decay = lambda x: linear_decay(x, iteration, config.num_iterations)
@@ -142,6 +144,8 @@ def annealed(config: Config, hp: HParams, critic_opt_state: Any) -> HParams:
         hp = hp.replace(ent_coef=decay(hp.ent_coef))
     if config.anneal_max_kl:
         hp = hp.replace(max_kl=decay(hp.max_kl))
+    if config.anneal_value_lr:
+        hp = hp.replace(value_learning_rate=decay(hp.value_learning_rate))
     return hp
 
 
