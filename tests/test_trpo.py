@@ -269,6 +269,14 @@ def test_with_no_advantage_the_bonus_alone_raises_the_entropy_inside_the_trust_r
         assert float(m0["trpo/accepted"]) == 0.0  # a flat surrogate improves nowhere
 
 
+def at_iteration(algo_state, iteration, steps_per_iteration=2):
+    """`algo_state` with the critic's Adam count at `iteration` (value_epochs x
+    value_minibatches steps an iteration): TRPO reads its iteration off that count."""
+    critic = algo_state.value_opt_state
+    count = jnp.int32(steps_per_iteration * iteration)
+    return algo_state._replace(value_opt_state=critic._replace(count=count))
+
+
 @pytest.mark.parametrize(
     "flag,name", [("anneal_ent_coef", "ent_coef"), ("anneal_max_kl", "max_kl")]
 )
@@ -286,10 +294,7 @@ def test_an_annealed_hp_falls_linearly_to_zero_over_the_run(algorithm, flag, nam
     plain = make_trainer(Config.create(**base))
 
     def step(trainer, iteration, value):
-        critic = state.algo_state.value_opt_state
-        algo_state = state.algo_state._replace(
-            value_opt_state=critic._replace(count=jnp.int32(2 * iteration))
-        )
+        algo_state = at_iteration(state.algo_state, iteration)
         hp = config.hp.replace(**{name: jnp.float32(value)})
         return conftest.updated_policy(trainer, state.params, algo_state, batch, hp)
 
@@ -314,10 +319,7 @@ def test_an_annealed_critic_learning_rate_falls_linearly_to_zero_over_the_run(al
     plain = make_trainer(Config.create(**base))
 
     def step(trainer, iteration, lr):
-        critic = state.algo_state.value_opt_state
-        algo_state = state.algo_state._replace(
-            value_opt_state=critic._replace(count=jnp.int32(2 * iteration))
-        )
+        algo_state = at_iteration(state.algo_state, iteration)
         hp = config.hp.replace(value_learning_rate=jnp.float32(lr))
         update = jax.jit(trainer.algorithm.update)
         new, _, _ = update(state.params, algo_state, batch, hp, jax.random.key(2))
