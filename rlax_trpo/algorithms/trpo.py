@@ -136,8 +136,8 @@ def with_entropy_bonus(surrogate: Any, entropy: Any, ent_coef: jax.Array):
 def annealed(config: Config, hp: HParams, critic_opt_state: Any) -> HParams:
     """`hp` with `ent_coef` (`anneal_ent_coef`), `max_kl` (`anneal_max_kl`) and
     `value_learning_rate` (`anneal_value_lr`) decayed linearly to 0 over the run, as PPO's
-    `anneal_lr`. The iteration is read off the critic's optimiser,
-    which takes `value_epochs x value_minibatches` steps an iteration: no counter in the state."""
+    `anneal_lr`. The iteration is read off the critic's optimiser, which takes
+    `value_epochs x value_minibatches` steps an iteration: no counter in the state."""
     iteration = critic_opt_state.count // (config.value_epochs * config.value_minibatches)
     decay = lambda x: linear_decay(x, iteration, config.num_iterations)
     if config.anneal_ent_coef:
