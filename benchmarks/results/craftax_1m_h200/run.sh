@@ -11,7 +11,8 @@
 # $OUT/<algo>.log, the runs' metrics.csv and config.yaml to $OUT/runs.tgz. Every part ends
 # by DEADLINE seconds (default 520) after the start. PICK_PPO or PICK_TRPO (the chosen
 # settings as key=value overrides, e.g. PICK_TRPO="hp.max_kl=0.02 hp.value_learning_rate=0.001
-# hp.gamma=0.99") skips that chain's choosing run. Compiling dominates a call (each program
+# hp.gamma=0.99") skips that chain's choosing run; PPO_SWEEP or TRPO_SWEEP (--sweep arguments)
+# replace a population's settings. Compiling dominates a call (each program
 # 165-263 s on the H200 machine's CPUs): the compiled programs are kept in jax's persistent
 # cache at $PWD/compile_cache_h200 (git-ignored), packed to $OUT/compile_cache.tgz when it is
 # under 16 MB; unpack it there and name the folder in the next call's carry to skip them.
@@ -41,9 +42,10 @@ DEADLINE=${DEADLINE:-520}
 mkdir -p "$OUT"
 # The settings every member shares; a swept setting is never also one of these.
 PPO_BASE="num_envs=512 num_steps=32 num_minibatches=32 layer_norm=true"
-PPO_SWEEP="--sweep hp.learning_rate=1.5e-4,2e-4 --sweep hp.ent_coef=0.005,0.01"
+# PPO_SWEEP and TRPO_SWEEP in the environment replace the populations' settings.
+PPO_SWEEP=${PPO_SWEEP:-"--sweep hp.learning_rate=1.5e-4,2e-4 --sweep hp.ent_coef=0.005,0.01"}
 TRPO_BASE="num_envs=256 num_steps=32 fisher_fraction=0.25 value_minibatches=16"
-TRPO_SWEEP="--sweep hp.max_kl=0.02,0.04 --sweep hp.value_learning_rate=1e-3,2e-3 --sweep hp.gamma=0.99,0.995"
+TRPO_SWEEP=${TRPO_SWEEP:-"--sweep hp.max_kl=0.02,0.04 --sweep hp.value_learning_rate=1e-3,2e-3 --sweep hp.gamma=0.99,0.995"}
 
 part() {  # ALGO PART SEED ARGS...: one standard_tables run, cut off at the deadline
     local algo=$1 name=$1_$2 seed=$3 t0=$SECONDS
