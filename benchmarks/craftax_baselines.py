@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         {
             "reference": "Craftax_Baselines ppo.py (its command-line defaults), trained here",
             "craftax": importlib.metadata.version("craftax"),
+            "gymnax": importlib.metadata.version("gymnax"),
             "env_steps_per_seed": len(updates) * 1024 * 64,
             "seeds": args.seeds,
             "updates": len(updates),
