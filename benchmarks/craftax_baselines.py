@@ -2,8 +2,8 @@
 """Craftax's own PPO baseline (Craftax_Baselines `ppo.py`) at a budget, as a reference run.
 
 The Craftax scoreboard's Craftax-1M figures (PPO 2.2%, PPO-RNN 2.3% of the maximum return,
-226) are in Craftax's README since release 1.0.0, credited to this code. This script trains
-that code, as written, on the Craftax installed here, so that `ppo_craftax` can be compared
+226) are in Craftax's README since release 1.0.0 (credited there to PureJaxRL, in later
+releases to this code). This script trains that code, as written, on the Craftax installed here, so that `ppo_craftax` can be compared
 with its reference on the same environment version (an older release installed with
 `pip install --no-deps --target DIR craftax==1.4.5 gymnax==0.0.9` and `PYTHONPATH=DIR` runs
 it on that release):
