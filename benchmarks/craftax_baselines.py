@@ -3,10 +3,10 @@
 
 The Craftax scoreboard's Craftax-1M figures (PPO 2.2%, PPO-RNN 2.3% of the maximum return,
 226) are in Craftax's README since release 1.0.0 (credited there to PureJaxRL, in later
-releases to this code). This script trains that code, as written, on the Craftax installed here, so that `ppo_craftax` can be compared
-with its reference on the same environment version (an older release installed with
-`pip install --no-deps --target DIR craftax==1.4.5 gymnax==0.0.9` and `PYTHONPATH=DIR` runs
-it on that release):
+releases to this code). This script trains that code, as written, on the Craftax installed
+here, so that `ppo_craftax` can be compared with its reference on the same environment
+version (an older release installed with `pip install --no-deps --target DIR craftax==1.4.5
+gymnax==0.0.9` and `PYTHONPATH=DIR` runs it on that release):
 
     python benchmarks/craftax_baselines.py --baselines PATH [--steps 1000000] [--seeds 1]
         [--json FILE]
