@@ -49,6 +49,10 @@ SMOKE = {
     ),
     # It trains Craftax_Baselines' own code from a clone, which CI does not have: the options only.
     "craftax_baselines.py": ([PY, "benchmarks/craftax_baselines.py", "--help"], ()),
+    "craftax_scores.py": (
+        [PY, "benchmarks/craftax_scores.py", "--json", "{out}/craftax_scores.json"],
+        ("craftax",),
+    ),
     "device_scaling.py": (
         [PY, "benchmarks/device_scaling.py", "--programs", "ppo", "--seeds", "2", "--repeats", "1",
          *TINY_RUN],

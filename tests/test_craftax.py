@@ -77,6 +77,10 @@ def test_time_limit_is_a_truncation_and_the_observations_are_craftaxs(classic):
     assert float(res.info["achievement/collect_wood"]) == unlocked[0]
     ret = float(state.episode_return) + float(res.reward)
     np.testing.assert_allclose(res.info["score_percent"], 100 * ret / 22, rtol=1e-6)
+    # Each Classic achievement gives 1: the achievements' reward is their count, out of 22.
+    np.testing.assert_allclose(
+        res.info["achievement_reward_percent"], 100 * unlocked.sum() / 22, rtol=1e-6
+    )
 
 
 def test_death_is_a_termination(classic):
@@ -100,6 +104,30 @@ def test_the_full_game_scores_out_of_226():
         env.step, jax.random.key(1), jax.eval_shape(env.reset, jax.random.key(0))[1], jnp.asarray(0)
     ).info
     assert len([k for k in info if k.startswith("achievement/")]) == 67
+
+
+def test_the_achievements_reward_goes_by_tier_out_of_226():
+    """`achievement_reward_percent` weighs each achievement by its tier's reward (Matthews et
+    al. 2024: basic 1, intermediate 3, advanced 5, very advanced 8), by name, out of 226;
+    success rates weigh the same way."""
+    from rlax_trpo.envs.craftax_suite import achievement_names, achievement_reward_percent
+
+    names = achievement_names(classic=False)
+
+    def percent(*unlocked, rate=1.0):
+        flags = np.zeros(len(names))
+        flags[[names.index(n) for n in unlocked]] = rate
+        return float(achievement_reward_percent(flags, classic=False))
+
+    for name, reward in [
+        ("collect_wood", 1), ("make_wood_pickaxe", 1), ("enter_dungeon", 3),
+        ("open_chest", 3), ("enter_sewers", 5), ("defeat_knight", 5),
+        ("defeat_necromancer", 8), ("enter_fire_realm", 8),
+    ]:  # fmt: skip
+        assert percent(name) == pytest.approx(100 * reward / 226, rel=1e-6), name
+    assert percent("collect_wood", "enter_dungeon", rate=0.5) == pytest.approx(200 / 226)
+    assert percent(*names) == pytest.approx(100.0, rel=1e-6)
+    assert float(achievement_reward_percent(np.ones(22), classic=True)) == pytest.approx(100.0)
 
 
 def test_episodes_render_to_a_gif(classic, tmp_path):

@@ -10,9 +10,12 @@ Craftax). `env_kwargs` replace fields of Craftax's `EnvParams`.
 
 Episode figures (`StepResult.info`, logged as `episode/<name>_sum` and summarised per seed):
 `score_percent`, the episode's return as a percentage of the maximum (226 in Craftax, 22 in
-Classic: every achievement's reward), the unit of the Craftax scoreboard; `achievements`,
-how many were unlocked; and `achievement/<name>`, 1 where that one was (the mean over
-episodes is its success rate). GIFs come from Craftax's own pixel renderer.
+Classic: every achievement's reward), the unit of the Craftax scoreboard;
+`achievement_reward_percent`, the reward of the achievements unlocked alone, in the same
+unit (the return also counts 0.1 per point of health gained or lost, so an episode that
+ends in death from full health scores 0.9 below its achievements: 0.40 points in Craftax);
+`achievements`, how many were unlocked; and `achievement/<name>`, 1 where that one was (the
+mean over episodes is its success rate). GIFs come from Craftax's own pixel renderer.
 """
 
 from __future__ import annotations
@@ -53,23 +56,37 @@ def names() -> list[str]:
     return snapshot_names("craftax", "craftax", *SNAPSHOT, live_names)
 
 
-def max_return(classic: bool) -> float:
-    """The largest return an episode can reach: the sum of every achievement's reward."""
-    if classic:
-        from craftax.craftax_classic.constants import Achievement
-
-        return float(len(Achievement))  # each achievement gives 1
-    from craftax.craftax.constants import ACHIEVEMENT_REWARD_MAP
-
-    return float(jnp.sum(ACHIEVEMENT_REWARD_MAP))
-
-
-def _achievement_names(classic: bool) -> list[str]:
+def achievement_names(classic: bool) -> list[str]:
+    """The achievements' names, lower case, in Craftax's order (`achievement/<name>`)."""
     if classic:
         from craftax.craftax_classic.constants import Achievement
     else:
         from craftax.craftax.constants import Achievement
     return [a.name.lower() for a in sorted(Achievement, key=lambda a: a.value)]
+
+
+def achievement_rewards(classic: bool) -> jax.Array:
+    """Each achievement's reward, in the order of `achievement_names`: 1 in Classic; in
+    Craftax 1, 3, 5 or 8 by tier (basic, intermediate, advanced, very advanced)."""
+    if classic:
+        from craftax.craftax_classic.constants import Achievement
+
+        return jnp.ones(len(Achievement), jnp.float32)
+    from craftax.craftax.constants import ACHIEVEMENT_REWARD_MAP
+
+    return jnp.asarray(ACHIEVEMENT_REWARD_MAP, jnp.float32)
+
+
+def max_return(classic: bool) -> float:
+    """The largest return an episode can reach: the sum of every achievement's reward."""
+    return float(jnp.sum(achievement_rewards(classic)))
+
+
+def achievement_reward_percent(unlocked: Any, classic: bool) -> jax.Array:
+    """The reward of the achievements `unlocked` (1 or 0 each, or success rates, in the order
+    of `achievement_names`) as a percentage of the maximum, health's reward left out."""
+    weights = achievement_rewards(classic)
+    return 100.0 * jnp.dot(jnp.asarray(unlocked, jnp.float32), weights) / jnp.sum(weights)
 
 
 def make(name: str, env_kwargs: dict[str, Any], flatten: bool) -> Env:
@@ -89,7 +106,7 @@ def make(name: str, env_kwargs: dict[str, Any], flatten: bool) -> Env:
         params = params.replace(**env_kwargs)
     classic = "Classic" in name
     best = max_return(classic)
-    achievements = _achievement_names(classic)
+    achievements = achievement_names(classic)
     obs_shape = tuple(int(d) for d in inner_env.observation_space(params).shape)
     if flatten and len(obs_shape) > 1:
         obs_shape = (int(jnp.prod(jnp.array(obs_shape))),)
@@ -116,7 +133,11 @@ def make(name: str, env_kwargs: dict[str, Any], flatten: bool) -> Env:
         terminated = jnp.asarray(done, bool) & ~truncated
         episode_return = state.episode_return + reward
         unlocked = jnp.asarray(inner.achievements, jnp.float32)
-        info = {"score_percent": 100.0 * episode_return / best, "achievements": unlocked.sum()}
+        info = {
+            "score_percent": 100.0 * episode_return / best,
+            "achievement_reward_percent": achievement_reward_percent(unlocked, classic),
+            "achievements": unlocked.sum(),
+        }
         info.update({f"achievement/{a}": unlocked[i] for i, a in enumerate(achievements)})
         obs = prep(obs)
         new = CraftaxState(inner, episode_return)
