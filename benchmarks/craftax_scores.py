@@ -60,6 +60,9 @@ ROWS = {
     "TRPO, 256 x 32, ReLU, entropy 0.01, seeds 30-33": [
         f"{TRPO_ROW}_relu_ent_coef_0.01_seeds_{s}.json" for s in ("30-31", "32-33")
     ],
+    "TRPO, 256 x 32, ReLU, entropy 0.01, discount 0.98, seeds 30-33": [
+        f"{TRPO_ROW}_relu_ent_coef_0.01_gamma_0.98_seeds_{s}.json" for s in ("30-31", "32-33")
+    ],
 }
 
 
