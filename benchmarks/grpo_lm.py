@@ -30,9 +30,11 @@ from rlax_trpo.lm.tasks import EOS, PAD
 
 
 def no_cache_sampler(model, params, prompts, key, max_new_tokens, temperature):
-    """Reference: each step runs the full model over the whole (padded) sequence."""
-    batch, plen = prompts.shape
-    seq = jnp.concatenate([prompts, jnp.full((batch, max_new_tokens), PAD, prompts.dtype)], 1)
+    """Reference: each step runs the full model over the whole (padded) sequence. The tiny
+    tasks' prompts all have one length (no left padding), so no position offsets are needed."""
+    tokens = prompts.tokens
+    batch, plen = tokens.shape
+    seq = jnp.concatenate([tokens, jnp.full((batch, max_new_tokens), PAD, tokens.dtype)], 1)
 
     def step(carry, t):
         seq, done, key = carry

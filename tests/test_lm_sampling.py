@@ -6,14 +6,18 @@ import numpy as np
 import pytest
 
 from rlax_trpo.lm import tasks
-from rlax_trpo.lm.model import ModelConfig, Transformer, init_params
+from rlax_trpo.lm.model import ModelConfig, Transformer, init_cache, init_params
 from rlax_trpo.lm.sampling import completion_logits, sample, token_logprobs
 
 CFG = ModelConfig(vocab_size=tasks.VOCAB_SIZE, max_len=12, num_layers=2, d_model=16, num_heads=2)
 MODEL = Transformer(CFG)
 # one compiled sampler for every temperature (it is traced), one for greedy decoding
-_sample = jax.jit(lambda p, x, k, t: sample(MODEL.apply, p, CFG, x, k, 7, t))
-_greedy = jax.jit(lambda p, x: sample(MODEL.apply, p, CFG, x, jax.random.key(0), 7, greedy=True))
+_sample = jax.jit(lambda p, x, k, t: sample(MODEL.apply, p, init_cache(CFG, len(x)), x, k, 7, t))
+_greedy = jax.jit(
+    lambda p, x: sample(
+        MODEL.apply, p, init_cache(CFG, len(x)), x, jax.random.key(0), 7, greedy=True
+    )
+)
 _logits = jax.jit(lambda p, x, c: completion_logits(MODEL.apply, p, x, c))
 
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from rlax_trpo.algorithms.base import AlgorithmSpec
 from rlax_trpo.config.fields import RunFields, Section, read_with
+from rlax_trpo.lm.hf.model import PROJECTIONS
 from rlax_trpo.lm.model import ModelConfig
 from rlax_trpo.lm.objectives import (
     CLIP_LOSS_TYPES,
@@ -30,8 +31,19 @@ from rlax_trpo.lm.objectives import (
 )
 from rlax_trpo.lm.tasks import VOCAB_SIZE, Task, make_task
 from rlax_trpo.lm.types import LMGRPOConfig, LMHParams
+from rlax_trpo.lm.word_problems import DEFAULT_KINDS, KINDS
 
 DEFAULT_DIGITS = {"max_digit": 5, "sort": 4, "add": 3}
+GENERATED_TASKS = ("max_digit", "sort", "add")  # the tiny model's
+TEXT_TASKS = ("word_problems", "jsonl")  # a pretrained model's, through its tokenizer
+INSTRUCTION = "Solve it step by step, then write the answer after ####."
+# fields of a pretrained model's run (`model_path`), at their defaults in a tiny model's
+PRETRAINED_ONLY = (
+    *("dtype", "lora", "chat_template", "system_prompt", "instruction", "remat"),
+    *("logprob_chunk", "num_problems", "data_path", "eval_path", "max_prompt_len", "rewards"),
+    "problem_kinds",
+)
+TINY_ONLY = ("model", "num_digits", "reverse_answer", "warm_start_steps")
 SAPO_HPARAMS = ("hp.sapo_temperature_pos", "hp.sapo_temperature_neg")
 VESPO_HPARAMS = ("hp.vespo_k_pos", "hp.vespo_lambda_pos", "hp.vespo_k_neg", "hp.vespo_lambda_neg")
 
@@ -52,11 +64,40 @@ class ModelSection(Section):
         return self
 
 
+class LoraSection(Section):
+    """The `lora:` section: low-rank adapters (Hu et al. 2021) on the named projections of a
+    pretrained model; only they train, and the frozen model with them off (they start at
+    zero) is the reference policy. `lora: null` trains every parameter instead."""
+
+    rank: int = Field(16, ge=1)
+    alpha: float = Field(32.0, gt=0)
+    targets: tuple[Literal[PROJECTIONS], ...] = Field(PROJECTIONS, min_length=1)
+
+
 class LMFields(RunFields):
-    """The fields of every language-model run: task, model, length, warm start, evaluation."""
+    """The fields of every language-model run: task, model, length, warm start, evaluation.
+
+    A tiny model (the `model:` section) trains on the generated tasks; a pretrained Hugging
+    Face checkpoint (`model_path`) on word problems or a user's JSONL file, through its own
+    tokenizer, with LoRA or with every parameter."""
 
     algorithm: str = "grpo_lm"
-    task: Literal["max_digit", "sort", "add"] = "max_digit"
+    task: Literal[GENERATED_TASKS + TEXT_TASKS] = "max_digit"
+    # A pretrained model: a Hugging Face folder (config.json, *.safetensors, tokenizer.json)
+    model_path: str | None = None
+    dtype: Literal["float32", "bfloat16"] = "float32"  # compute dtype; norms, softmax fp32
+    lora: LoraSection | None = LoraSection()
+    chat_template: Literal["auto", "chatml", "llama3", "none"] = "auto"
+    system_prompt: str | None = None
+    instruction: str = INSTRUCTION  # after each question
+    remat: bool = False  # recompute each layer in the backward pass (less memory)
+    logprob_chunk: int = Field(64, ge=1)  # completion positions whose logits exist at once
+    num_problems: int = Field(20000, ge=10)  # generated word problems (both splits)
+    problem_kinds: tuple[Literal[KINDS], ...] = Field(DEFAULT_KINDS, min_length=1)
+    data_path: str | None = None  # task jsonl: {"prompt", "answer"} rows
+    eval_path: str | None = None  # its held-out rows (default: a fixed tenth of data_path's)
+    max_prompt_len: int | None = Field(None, ge=1)
+    rewards: dict[str, float] = {"exact": 1.0, "format": 0.1}
     num_digits: int | None = Field(None, ge=1, le=9)  # default: DEFAULT_DIGITS[task]
     reverse_answer: bool = True
     max_new_tokens: int | None = Field(None, ge=1)  # default: the answer and EOS
@@ -74,7 +115,41 @@ class LMFields(RunFields):
     }
 
     @model_validator(mode="after")
+    def _one_kind_of_model(self):
+        pretrained = self.model_path is not None
+        if pretrained != (self.task in TEXT_TASKS):
+            needs = "needs model_path" if not pretrained else f"needs one of {TEXT_TASKS}"
+            what = f"task {self.task}" if not pretrained else "model_path"
+            raise ValueError(f"{what}: {needs} (a pretrained model and its tokenizer)")
+        unread = TINY_ONLY if pretrained else PRETRAINED_ONLY
+        for name in unread:
+            if getattr(self, name) != type(self).model_fields[name].default:
+                who = "a tiny model (no model_path)" if pretrained else "model_path"
+                raise ValueError(f"{name}: read only with {who}")
+        if (self.task == "jsonl") != (self.data_path is not None):
+            raise ValueError("data_path: needed by task jsonl, and read only with it")
+        if self.eval_path is not None and self.data_path is None:
+            raise ValueError("eval_path: read only with data_path")
+        return self
+
+    @field_validator("rewards")
+    @classmethod
+    def _known_rewards(cls, rewards: dict[str, float]) -> dict[str, float]:
+        from rlax_trpo.lm.answers import REWARDS
+
+        if not rewards:
+            raise ValueError("needs at least one reward")
+        for name in rewards:
+            if name not in REWARDS:
+                raise ValueError(f"{name!r} is not a reward (known: {', '.join(REWARDS)})")
+        return rewards
+
+    @model_validator(mode="after")
     def _room_for_the_answer(self):
+        if self.model_path is not None:
+            if self.max_new_tokens is None:
+                raise ValueError("max_new_tokens: a pretrained model's run needs a budget")
+            return self
         task = self.make_task()
         if self.max_new_tokens is not None and self.max_new_tokens < task.answer_len + 1:
             raise ValueError(

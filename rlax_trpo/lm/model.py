@@ -58,14 +58,21 @@ def init_cache(config: ModelConfig, batch_size: int) -> KVCache:
 
 
 def causal_attention(
-    q: jax.Array, k: jax.Array, v: jax.Array, q_pos: jax.Array, k_pos: jax.Array
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    q_pos: jax.Array,
+    k_pos: jax.Array,
+    pad: jax.Array | None = None,
 ) -> jax.Array:
     """Masked scaled dot-product attention (Vaswani et al. 2017).
 
-        out = softmax(q k^T / sqrt(d) + mask) v,   mask[s, t] = 0 if k_pos[t] <= q_pos[s] else -inf
+        out = softmax(q k^T / sqrt(d) + mask) v,
+        mask[b, s, t] = 0 if pad[b] <= k_pos[t] <= q_pos[s] else -inf
 
     Args:
-      q: `[B, S, H, D]`; k, v: `[B, T, H, D]`; q_pos: `[S]`; k_pos: `[T]` (absolute positions).
+      q: `[B, S, H, D]`; k, v: `[B, T, H, D]`; q_pos: `[S]`; k_pos: `[T]` (cache slots);
+      pad: `[B]` left-padding slots of each row, never attended to (None: none).
 
     Returns:
       `[B, S, H, D]`. The softmax runs in float32.
@@ -74,8 +81,10 @@ def causal_attention(
     chex.assert_equal_shape([k, v])
     scores = jnp.einsum("bshd,bthd->bhst", q, k).astype(jnp.float32)
     scores = scores / jnp.sqrt(jnp.float32(q.shape[-1]))
-    allowed = k_pos[None, :] <= q_pos[:, None]
-    scores = jnp.where(allowed[None, None], scores, jnp.finfo(jnp.float32).min)
+    allowed = (k_pos[None, :] <= q_pos[:, None])[None]  # [1, S, T]
+    if pad is not None:
+        allowed = allowed & (k_pos[None, None, :] >= pad[:, None, None])
+    scores = jnp.where(allowed[:, None], scores, jnp.finfo(jnp.float32).min)
     weights = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     return jnp.einsum("bhst,bthd->bshd", weights, v)
 
@@ -88,7 +97,7 @@ class Attention(nn.Module):
     dtype: str = "float32"
 
     @nn.compact
-    def __call__(self, x, start, layer_cache):
+    def __call__(self, x, start, layer_cache, pad=None):
         batch, length, width = x.shape
         head_dim = width // self.num_heads
         dense = lambda feats, axis, name: nn.DenseGeneral(
@@ -105,7 +114,7 @@ class Attention(nn.Module):
                 cache_v, v.astype(cache_v.dtype), (0, start, 0, 0)
             )
             k_pos, new_cache = jnp.arange(keys.shape[1]), (keys, values)
-        out = causal_attention(q, keys, values, q_pos, k_pos)
+        out = causal_attention(q, keys, values, q_pos, k_pos, pad)
         return dense(width, (-2, -1), "out")(out), new_cache
 
 
@@ -117,9 +126,9 @@ class Block(nn.Module):
     dtype: str = "float32"
 
     @nn.compact
-    def __call__(self, x, start, layer_cache):
+    def __call__(self, x, start, layer_cache, pad=None):
         h, new_cache = Attention(self.num_heads, self.dtype)(
-            nn.LayerNorm(dtype=self.dtype)(x), start, layer_cache
+            nn.LayerNorm(dtype=self.dtype)(x), start, layer_cache, pad
         )
         x = x + h
         h = nn.Dense(self.mlp_ratio * x.shape[-1], dtype=self.dtype)(
@@ -132,24 +141,28 @@ class Block(nn.Module):
 class Transformer(nn.Module):
     """Pre-LayerNorm decoder-only transformer with learned positions.
 
-    `__call__(tokens [B, S], start=0, cache=None) -> (logits [B, S, V] float32, cache)`.
+    `__call__(tokens [B, S], start=0, cache=None, pad=None) -> (logits [B, S, V] float32,
+    cache)`; a row's first `pad[b]` slots are left padding: masked as keys, and its positions
+    count from the first slot after them.
     """
 
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, tokens: jax.Array, start=0, cache: KVCache | None = None):
+    def __call__(self, tokens: jax.Array, start=0, cache: KVCache | None = None, pad=None):
         cfg = self.config
         chex.assert_rank(tokens, 2)
-        positions = start + jnp.arange(tokens.shape[1])
+        positions = (start + jnp.arange(tokens.shape[1]))[None]
+        if pad is not None:
+            positions = jnp.maximum(positions - pad[:, None], 0)
         x = nn.Embed(cfg.vocab_size, cfg.d_model, name="embed")(tokens)
-        x = x + nn.Embed(cfg.max_len, cfg.d_model, name="pos_embed")(positions)[None]
+        x = x + nn.Embed(cfg.max_len, cfg.d_model, name="pos_embed")(positions)
         x = x.astype(cfg.dtype)
         new_k, new_v = [], []
         for layer in range(cfg.num_layers):
             layer_cache = None if cache is None else (cache.k[layer], cache.v[layer])
             x, layer_cache = Block(cfg.num_heads, cfg.mlp_ratio, cfg.dtype, name=f"block_{layer}")(
-                x, start, layer_cache
+                x, start, layer_cache, pad
             )
             if cache is not None:
                 new_k.append(layer_cache[0])

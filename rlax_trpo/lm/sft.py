@@ -51,3 +51,36 @@ def warm_start(
 
     (params, _), losses = jax.lax.scan(step, (params, opt_state), jax.random.split(key, num_steps))
     return params, losses
+
+
+def sequence_nll(policy, variables, prompts, pad, completions, mask) -> jax.Array:
+    """Masked token-mean negative log-likelihood of `completions [B, C]` after left-padded
+    `prompts [B, P]` under an `LMPolicy` (its chunked log-probs)."""
+    logp, _ = policy.logprobs(variables, prompts, pad, completions, 1.0)
+    return -masked_mean(logp, mask)
+
+
+def supervised_steps(policy, params, rows: dict, key: jax.Array, learning_rate, num_steps, batch):
+    """`num_steps` Adam steps (clipped at norm 1) of `sequence_nll` on minibatches drawn from
+    `rows` (`tokens`, `pad`, `solution`, `solution_mask`, `[N, ...]` each); every parameter
+    of `params` trains. Returns (params, losses `[num_steps]`)."""
+    optimizer = make_clipped_adam()
+    hp = LMHParams()
+    opt_state = set_clipped_adam_hparams(optimizer.init(params), hp, learning_rate)
+    size = rows["tokens"].shape[0]
+
+    def step(carry, step_key):
+        params, opt_state = carry
+        pick = jax.random.randint(step_key, (batch,), 0, size)
+        mb = jax.tree.map(lambda x: x[pick], rows)
+        loss, grads = jax.value_and_grad(
+            lambda p: sequence_nll(
+                policy, p, mb["tokens"], mb["pad"], mb["solution"], mb["solution_mask"]
+            )
+        )(params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), loss
+
+    keys = jax.random.split(key, num_steps)
+    (params, _), losses = jax.lax.scan(step, (params, opt_state), keys)
+    return params, losses

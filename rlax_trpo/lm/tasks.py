@@ -29,6 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rlax_trpo.lm.types import LMTask, Prompts
+
 PAD, EOS, PLUS, EQUALS = 0, 1, 12, 13
 DIGIT0 = 2
 VOCAB_SIZE = 14
@@ -212,3 +214,21 @@ def detokenize(tokens) -> str:
     for t in np.asarray(tokens).tolist():
         out.append(str(t - DIGIT0) if DIGIT0 <= t < DIGIT0 + 10 else _SYMBOLS.get(t, "?"))
     return "".join(out)
+
+
+def as_lm_task(task: Task) -> LMTask:
+    """A generated task as the `LMTask` GRPO reads: unpadded prompts, the answer tokens as the
+    target, `score` with `hp.partial_credit` as the reward; no data arrays."""
+
+    def sample(data, key, n):
+        prompts, targets = sample_train(task, key, n)
+        return Prompts(prompts, jnp.zeros(n, jnp.int32), targets)
+
+    def reward(data, tokens, mask, target, hp):
+        return score(tokens, target, hp.partial_credit)
+
+    def eval_prompts(data, n):
+        prompts, targets = eval_set(task, n)
+        return Prompts(prompts, jnp.zeros(n, jnp.int32), targets)
+
+    return LMTask(task.name, task.prompt_len, sample, reward, eval_prompts)

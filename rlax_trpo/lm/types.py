@@ -1,13 +1,17 @@
 """The records of the language-model GRPO, below every other `rlax_trpo.lm` module.
 
 `LMHParams` (the `hp:` section), `LMGRPOConfig` (the static settings, a view of a validated
-`grpo_lm` configuration), `LMBatch` (what the loss reads) and `LMGRPOState` (the scan carry).
+`grpo_lm` configuration), `LMBatch` (what the loss reads), `LMGRPOState` (the scan carry), and
+the two records `make_grpo` is built from: `LMPolicy` (a language model as pure functions: the
+tiny model or a Hugging Face decoder) and `LMTask` (prompts and a verifiable reward), with
+`Prompts` and `LMShared` (the arrays every member reads: frozen weights and the task's data).
 The control GRPO's records are others (`rlax_trpo.types.Batch`,
 `rlax_trpo.algorithms.grpo.GRPOState`): hence the `LM` in these names.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import flax.struct
@@ -96,11 +100,14 @@ class LMBatch(NamedTuple):
     mask: jax.Array  # [B, C] 1 on generated tokens
     advantages: jax.Array  # [B] one advantage for every token of a sequence
     seq_weight: jax.Array  # [B] 0 for sequences dropped by zero-variance masking, else 1
-    old_logprobs: jax.Array  # [B, C] pi_old, recomputed by a full forward pass
+    # [B, C] pi_old, recomputed by a full forward pass; None: the loss's own log-probs,
+    # stop-gradiented (one pass over the batch, where pi_old is the policy being updated)
+    old_logprobs: jax.Array | None
     ref_logprobs: jax.Array  # [B, C] pi_ref
     # [B] the whole batch's (weighted) completion-token count / num_minibatches, the same for
     # every sequence: the normaliser of "batch_token_mean" (None: this batch's own count)
     token_norm: jax.Array | None = None
+    pad: jax.Array | None = None  # [B] left-padding slots of each prompt (None: none)
 
 
 @flax.struct.dataclass
@@ -112,3 +119,67 @@ class LMGRPOState:
     opt_state: optax.OptState
     key: jax.Array
     step: jax.Array
+
+
+class Prompts(NamedTuple):
+    """A batch of prompts, left-padded to one length, and what their rewards are checked
+    against."""
+
+    tokens: jax.Array  # [n, P] int32; row b's first pad[b] tokens are padding
+    pad: jax.Array  # [n] int32
+    target: Any  # the task's answer record, [n, ...] leaves
+
+
+class LMShared(NamedTuple):
+    """What every member of a population reads and none changes, passed to the compiled
+    program once rather than copied per member: the frozen base weights (a LoRA run's
+    pretrained model; None when every parameter trains) and the task's arrays (a tokenised
+    prompt bank, the digit table of its reward; None for generated tasks)."""
+
+    weights: Any = None
+    data: Any = None
+
+
+class LMPolicy(NamedTuple):
+    """A language model as the GRPO iteration uses it, as pure functions.
+
+    Attributes:
+      combine: `(weights, params) -> variables`, the frozen weights and the trained
+        parameters as one tree for `apply`.
+      apply: `(variables, tokens [B, S], start, cache, pad) -> (logits [B, S, V], cache)`.
+      logprobs: `(variables, prompts [B, P], pad [B], completions [B, C], temperature) ->
+        (logprobs, entropy)`, `[B, C]` each, by a full forward pass.
+      init_cache: `(batch, length) -> KVCache`, an empty cache.
+      eos_ids: the token ids that end a completion.
+      pad_id: the id written after a completion's end.
+      max_len: the longest prompt + completion the model takes.
+    """
+
+    combine: Callable[[Any, Any], Any]
+    apply: Callable[..., Any]
+    logprobs: Callable[..., tuple[jax.Array, jax.Array]]
+    init_cache: Callable[[int, int], Any]
+    eos_ids: tuple[int, ...]
+    pad_id: int
+    max_len: int
+
+
+class LMTask(NamedTuple):
+    """Prompts with a verifiable reward.
+
+    Attributes:
+      name: the task's name.
+      prompt_len: P, the (padded) length of every prompt.
+      sample: `(data, key, n) -> Prompts` from the training split (traced).
+      reward: `(data, tokens [n, C], mask [n, C], target, hp) -> (reward [n], exact [n])`,
+        `exact` the answer being right (what accuracy counts).
+      eval_prompts: `(data, n) -> Prompts`, the first n held-out prompts (host side).
+      data: the task's arrays (host numpy; `LMShared.data` on the device), or None.
+    """
+
+    name: str
+    prompt_len: int
+    sample: Callable[..., Prompts]
+    reward: Callable[..., tuple[jax.Array, jax.Array]]
+    eval_prompts: Callable[[Any, int], Prompts]
+    data: Any = None
