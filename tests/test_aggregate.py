@@ -239,6 +239,9 @@ def test_report_end_to_end(tmp_path, capsys):
            for t in ("TaskA", "TaskB")}  # fmt: skip
     assert row["TaskA"].startswith(f"| TaskA | {trim_mean(ppo_a, 0.25):.4g} [")
     assert "| 8 |" in row["TaskA"] and "| 0.1875 [" in row["TaskB"]  # trpo's mean on TaskB
+    # ppo's 8 seeds on TaskA have a confidence interval, its 4 on TaskB the range: each says so
+    assert row["TaskA"].count("] 95% CI |") == 2 and "] range |" in row["TaskB"], row
+    assert "ppo IQM [95% CI or range]" in md and "trpo IQM [range]" in md
     assert row["TaskA"].endswith("| 28 |  |")  # anchor columns: a number, or blank
     assert row["TaskB"].endswith("|  | 0.6 |")
     assert "gymnax-blines PPO" in md and "PureJaxRL" in md and "Other-MinAtar" in md
@@ -550,7 +553,12 @@ def test_a_sweep_reports_each_setting_or_the_one_chosen(tmp_path, capsys):
         assert code == 0, err
         data = json.loads((out / "report.json").read_text())
         assert data["algorithms"] == ["ppo"] and data["per_task"]["A"]["ppo"]["mean"] == mean
-        how = "the best, chosen by --setting best" if chosen == "best" else "chosen by --setting"
+        how = (
+            "the best, chosen by --setting best on the seeds it reports (chosen and measured "
+            "on the same seeds, its score is biased upwards: confirm it on other seeds)"
+            if chosen == "best"
+            else "chosen by --setting"
+        )
         rate = "0.0001" if index else "0.001"
         note = f"{file}: setting {index} of 3 (learning_rate={rate}), {how}"
         assert data["notes"] == [note] and f"note: {note}\n" in stdout
@@ -571,21 +579,23 @@ def test_a_sweep_reports_each_setting_or_the_one_chosen(tmp_path, capsys):
 
 @needs_rliable
 def test_the_per_task_figure_says_what_each_cell_shows(tmp_path):
-    """A point with 4+ seeds is the IQM with its 95% interval; with 2-3 the mean and the
-    range (min to max, as the report's note says); with 1 the seed's value, no bar. The axis
-    names the score in words."""
+    """A point with 5+ seeds is the IQM with its 95% CI; with 4 the IQM with the range (its
+    bootstrap interval); with 2-3 the mean and the range (min to max, as the report's note
+    says); with 1 the seed's value, no bar. The axis names the score in words."""
     from rlax_trpo.report import render
 
     runs = [
         _run_folder(tmp_path / "a", "ppo", "A", [4.0]),
         _run_folder(tmp_path / "b", "trpo", "A", [1.0, 2.0, 6.0]),
         _run_folder(tmp_path / "c", "ppo", "B", [1.0, 2.0, 3.0, 4.0, 5.0]),
+        _run_folder(tmp_path / "d", "trpo", "B", [1.0, 2.0, 3.0, 8.0]),
     ]
     report = aggregate.build_report(runs, reps=50, seed=0)
     fig = render._per_task_figure(report, tmp_path / "per_task.png")
     (legend,) = fig.legends
     assert [t.get_text() for t in legend.get_texts()] == [
-        "IQM, 95% bootstrap CI (4+ seeds)",
+        "IQM, 95% bootstrap CI (5+ seeds)",
+        "IQM, range min to max (4 seeds)",
         "mean, range min to max (2-3 seeds)",
         "the value of its single seed",
     ]
@@ -596,7 +606,54 @@ def test_the_per_task_figure_says_what_each_cell_shows(tmp_path):
     points = {line.get_marker(): line.get_ydata().tolist() for line in a.lines}
     assert points["D"] == [4.0] and points["s"] == [3.0]  # ppo's one seed, trpo's mean
     assert "o" not in points and b.lines[0].get_marker() == "o"
+    points = {line.get_marker(): line.get_ydata().tolist() for line in b.lines}
+    assert points["^"] == [2.5]  # trpo's 4 seeds: their IQM (the mean would be 3.5)
+    bars = [c.get_segments()[0][:, 1].tolist() for c in b.collections if len(c.get_segments())]
+    assert [1.0, 8.0] in bars  # and the range, exactly
     one = aggregate.build_report([runs[0]], reps=50, seed=0)
     fig = render._per_task_figure(one, tmp_path / "one.png")
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["the value of its single seed"]
     assert "one seed's value" in render.FIGURES["per_task.png"]
+
+
+@needs_rliable
+def test_the_per_task_figure_stays_readable_with_many_long_names(tmp_path):
+    """Six settings' rows with long names: no two tick labels of an axis overlap."""
+    from rlax_trpo.report import render
+
+    runs = [
+        _run_folder(
+            tmp_path / f"r{i}",
+            f"ppo (hp.learning_rate=0.00{i}, layer_norm=false)",
+            "A",
+            [1.0 + i, 2.0 + i],
+        )  # fmt: skip
+        for i in range(1, 7)
+    ]
+    report = aggregate.build_report(runs, reps=20, seed=0)
+    fig = render._per_task_figure(report, tmp_path / "per_task.png")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    boxes = [t.get_window_extent(renderer) for t in ax.get_xticklabels()]
+    assert len(boxes) == 6
+    overlaps = [(i, j) for i in range(6) for j in range(i + 1, 6) if boxes[i].overlaps(boxes[j])]
+    assert not overlaps, overlaps
+    assert all(b.y0 >= 0 for b in boxes)  # and none cut off at the bottom
+    assert render.tick_labels(["ppo", "trpo"]) == (["ppo", "trpo"], 0)
+
+
+@needs_rliable
+def test_a_range_column_shows_the_range_beside_the_mean_too(tmp_path):
+    # 4 seeds: the mean's bootstrap interval is narrower than the seeds' range; a column
+    # called "range" shows the range beside both estimates
+    from rlax_trpo.report import tables
+
+    runs = [_run_folder(tmp_path / "a", "ppo", "A", [1.0, 2.0, 3.0, 10.0])]
+    report = aggregate.build_report(runs, reps=200, seed=0)
+    cell = report["per_task"]["A"]["ppo"]
+    assert cell["interval"] == "range" and cell["mean_ci95"][0] > 1.0  # narrower
+    text = tables.per_task_table(report, {})
+    assert "| 4 [1, 10] |" in text and "ppo mean [range]" in text, text

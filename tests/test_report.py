@@ -62,7 +62,7 @@ def _bands(fig) -> list[np.ndarray]:
     return [np.concatenate([p.vertices for p in c.get_paths()]) for c in ax.collections]
 
 
-@pytest.mark.parametrize("seeds", [3, 8])
+@pytest.mark.parametrize("seeds", [3, 4, 8])
 def test_plot_band_stays_inside_the_data_and_the_legend_names_the_statistic(tmp_path, seeds):
     runs = _runs(seeds)
     fig = plot_curves(tmp_path / "c.png", {"episode/return": runs}, 100, "ppo on CartPole-v1")
@@ -72,11 +72,19 @@ def test_plot_band_stays_inside_the_data_and_the_legend_names_the_statistic(tmp_
     assert band[:, 1].min() >= np.nanmin(runs)
     (ax,) = fig.axes
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    if seeds >= 4:
-        assert legend == [f"episode/return: IQM of {seeds} seeds", "shaded: 95% bootstrap CI"]
+    if seeds >= 5:
+        assert legend == [
+            f"episode/return: IQM of {seeds} seeds",
+            f"shaded: 95% bootstrap CI ({seeds} seeds)",
+        ]
         assert "IQM over seeds" in ax.get_ylabel()
+    elif seeds == 4:  # the IQM, and its bootstrap band is the range: called so
+        assert legend == ["episode/return: IQM of 4 seeds", "shaded: range (min to max, 4 seeds)"]
+        _, low, high, _, _ = stats.curve_statistic(runs)
+        np.testing.assert_allclose(low[3:], np.min(runs[:, 3:], 0))
+        np.testing.assert_allclose(high[3:], np.max(runs[:, 3:], 0))
     else:
-        assert legend == ["episode/return: mean of 3 seeds", "shaded: range (min to max)"]
+        assert legend == ["episode/return: mean of 3 seeds", "shaded: range (min to max, 3 seeds)"]
         assert "mean over seeds" in ax.get_ylabel()
     (line,) = ax.get_lines()
     centre = line.get_ydata()
@@ -106,9 +114,9 @@ def test_smoothing_averages_each_seed_and_says_so(tmp_path):
     assert np.nanmin(runs) <= band[:, 1].min() and band[:, 1].max() <= np.nanmax(runs)
 
 
-@pytest.mark.parametrize("seeds", [3, 4])
+@pytest.mark.parametrize("seeds", [3, 4, 5])
 def test_summary_says_when_seeds_are_too_few_for_an_interval(seeds):
-    finals = np.array([450.0, 480.0, 500.0, 490.0][:seeds])
+    finals = np.array([450.0, 480.0, 500.0, 490.0, 470.0][:seeds])
     its = 10
     metrics = {
         "episode/return_sum": np.repeat(finals[:, None], its, 1),
@@ -122,8 +130,14 @@ def test_summary_says_when_seeds_are_too_few_for_an_interval(seeds):
         assert note.startswith("3 seed(s) are too few for an IQM or a 95% bootstrap interval")
         assert summary["members"][0]["final_return_iqm_ci95"] == [450.0, 500.0]  # the range
         assert f"note: {note}" in text
+    elif seeds == 4:  # an IQM, but its 95% bootstrap interval is the range: said so
+        assert note.startswith("4 seeds: the 95% bootstrap interval of an IQM of 4 values is")
+        assert summary["members"][0]["final_return_iqm_ci95"] == [450.0, 500.0]
+        assert f"note: {note}" in text
     else:
         assert note is None and "note:" not in text
+        low, high = summary["members"][0]["final_return_iqm_ci95"]
+        assert 450.0 < low < high < 500.0  # inside the range: a confidence interval
 
 
 def test_a_single_seed_curve_says_what_it_plots_in_words(tmp_path, monkeypatch):

@@ -164,7 +164,8 @@ def test_many_settings_grow_the_table_down_the_page_not_across_it(settings, tmp_
     if settings <= 4:
         assert len(rows) == 2 and len(rows[0]) == 1 + 3 * settings + 1  # task, 3 each, note
         return
-    assert rows[0] == ["task", "algorithm", "IQM [95% CI]", "mean [95% CI]", "seeds", "note"]
+    # 2 seeds each: the intervals are the range, and the header says so
+    assert rows[0] == ["task", "algorithm", "IQM [range]", "mean [range]", "seeds", "note"]
     assert [r[:2] for r in rows[1:]] == [["TaskA", name] for name in sorted(names)]
     for row in rows[1:]:
         i = int(row[1].split("=")[1].rstrip(")")) - 1
@@ -189,3 +190,58 @@ def test_settings_that_differ_past_the_fourth_field_are_still_rows_of_their_own(
     assert cells[f"ppo ({base}, num_steps=32)"]["mean"] == pytest.approx(9.0)
     assert "ppo (hp.gamma=0.9, hp.learning_rate=0.001, layer_norm=false, num_envs=8, ...)" in cells
     assert "concatenated" not in stdout
+
+
+@needs_rliable
+def test_a_population_based_run_never_pools_with_a_plain_run(tmp_path, capsys):
+    # the `pbt:` section is a setting: a PBT run and a plain run of one config are two rows
+    runs = tmp_path / "runs"
+    _run_folder(runs / "plain", [1.0, 2.0, 3.0, 4.0], _with(pbt=None))  # as config.yaml has it
+    _run_folder(runs / "pbt", [5.0, 6.0, 7.0, 8.0], _with(pbt={"interval": 10}))
+    summary = json.loads((runs / "pbt" / "summary.json").read_text())
+    summary["pbt"] = {"best_member": 2, "schedule": {"learning_rate": [[0, 0.001]]}}
+    (runs / "pbt" / "summary.json").write_text(json.dumps(summary))
+    cells, stdout = _per_task([runs], tmp_path / "report", capsys)
+    assert sorted(cells) == ["ppo (pbt=null)", "ppo (pbt=set)"], sorted(cells)
+    assert cells["ppo (pbt=null)"]["seeds"] == 4
+    # the population is one result, its best member's, never 4 seeds
+    assert cells["ppo (pbt=set)"]["seeds"] == 1 and cells["ppo (pbt=set)"]["scores"] == [7.0]
+    assert "concatenated" not in stdout
+    assert "a population-based training run of 4 members, reported as one population" in stdout
+    assert "the population's range 5 to 8" in stdout and "not seeds" in stdout
+
+
+@needs_rliable
+def test_populations_of_one_setting_pool_as_seeds_of_their_best_members(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    for i, best in enumerate((0, 3)):
+        _run_folder(runs / f"pbt{i}", [1.0 + i, 2.0, 3.0, 4.0 + i], _with(pbt={"interval": 10}))
+        summary = json.loads((runs / f"pbt{i}" / "summary.json").read_text())
+        summary["pbt"] = {"best_member": best}
+        (runs / f"pbt{i}" / "summary.json").write_text(json.dumps(summary))
+    cells, stdout = _per_task([runs], tmp_path / "report", capsys)
+    assert list(cells) == ["ppo"] and cells["ppo"]["scores"] == [1.0, 5.0]
+    assert "concatenated (1 + 1 = 2)" in stdout
+
+
+@needs_rliable
+def test_rows_of_different_budgets_carry_a_note(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    _run_folder(runs / "a", [1.0, 2.0], _with())
+    summary = _summary([3.0, 4.0])
+    (runs / "b").mkdir()
+    (runs / "b" / "summary.json").write_text(
+        json.dumps({**summary, "algorithm": "trpo", "total_env_steps": 2048})
+    )
+    _, stdout = _per_task([runs], tmp_path / "report", capsys)
+    assert (
+        "TaskA: its rows ran different budgets (env steps per seed: ppo 4,096, trpo 2,048)"
+        in stdout
+    ), stdout
+    _run_folder(tmp_path / "same" / "a", [1.0, 2.0], _with())
+    (tmp_path / "same" / "b").mkdir()
+    (tmp_path / "same" / "b" / "summary.json").write_text(
+        json.dumps({**summary, "algorithm": "trpo"})
+    )
+    _, stdout = _per_task([tmp_path / "same"], tmp_path / "report2", capsys)
+    assert "different budgets" not in stdout

@@ -21,13 +21,49 @@ from typing import Any
 
 import numpy as np
 
-from rlax_trpo.report.inputs import ReportError, cells_of, load_runs
+from rlax_trpo.report.inputs import ReportError, load_runs
+from rlax_trpo.report.settings import cells_of
 
 RLIABLE_MISSING = 'needs rliable: pip install "rlax_trpo[report]"'
 CONFIDENCE = 0.95
 METRICS = ("IQM", "mean", "median", "optimality gap")
 INTERVAL = "percentile bootstrap over seeds, stratified by task (rliable get_interval_estimates)"
-MIN_SEEDS_FOR_INTERVAL = 4  # rlax_trpo.report.stats.few_seeds_note says why, below it
+# The seed counts every part of the report reads (`few_seeds_note`
+# says why): an IQM that is not the mean from 4, an interval that is a confidence interval
+# and not the seeds' range from 5.
+MIN_SEEDS_FOR_INTERVAL = 4
+MIN_SEEDS_FOR_CI = 5
+
+
+def few_seeds_note(num_seeds: int) -> str | None:
+    """Why the interval of fewer than 5 seeds is the range, not a confidence interval, and
+    the IQM of fewer than 4 the mean; None from 5 on.
+
+    The IQM of n values drops `floor(n/4)` at each end. With n < 4 it drops none (it is the
+    mean), and a resample of only the smallest value has probability `n**-n >= 1/27`. With
+    n = 4 it is the mean of the middle two, and a resample holding the smallest value 3 or 4
+    times (its IQM is that value) has probability `13/256 = 5.1%`. Either way more than 2.5%,
+    so the percentile bootstrap's 2.5% and 97.5% quantiles are the smallest and the largest
+    value: the range. From n = 5 (at most `21/3125 = 0.7%`) the interval lies inside it.
+    """
+    if num_seeds >= MIN_SEEDS_FOR_CI:
+        return None
+    if num_seeds >= MIN_SEEDS_FOR_INTERVAL:
+        return (
+            f"{num_seeds} seeds: the 95% bootstrap interval of an IQM of {num_seeds} values is "
+            f"their range (min to max), not a confidence interval; use {MIN_SEEDS_FOR_CI} or "
+            "more seeds for one"
+        )
+    return (
+        f"{num_seeds} seed(s) are too few for an IQM or a 95% bootstrap interval: the IQM is "
+        f"the mean and the interval is the range (min to max); use {MIN_SEEDS_FOR_CI} "
+        "or more seeds"
+    )
+
+
+def interval_name(num_seeds: int) -> str:
+    """What the 95% percentile-bootstrap interval over `num_seeds` seeds is, in words."""
+    return "95% CI" if num_seeds >= MIN_SEEDS_FOR_CI else "range"
 
 
 class RliableMissing(ReportError):
@@ -97,8 +133,9 @@ def estimates(score_dict: dict, func, reps: int, seed: int) -> tuple[dict, dict]
 
 
 def per_task(cells: dict[tuple[str, str], list[float]], reps: int, seed: int) -> dict:
-    """task -> algorithm -> seeds, scores, IQM and mean with 95% intervals over seeds, and
-    `rlax_trpo.report.stats.few_seeds_note` (None from 4 seeds on)."""
+    """task -> algorithm -> seeds, scores, IQM and mean with 95% bootstrap intervals over
+    seeds, what the interval is (`interval`: "95% CI" from 5 seeds on, else "range") and
+    `few_seeds_note` (None from 4 seeds on)."""
     _, metrics = load_rliable()
     func = lambda s: np.array([metrics.aggregate_iqm(s), metrics.aggregate_mean(s)])
     out: dict[str, dict[str, Any]] = {}
@@ -113,19 +150,16 @@ def per_task(cells: dict[tuple[str, str], list[float]], reps: int, seed: int) ->
             "iqm_ci95": [float(ci[0, 0]), float(ci[1, 0])],
             "mean": float(mean),
             "mean_ci95": [float(ci[0, 1]), float(ci[1, 1])],
+            "interval": interval_name(len(scores)),
             "note": _few_seeds_note(len(scores)),
         }
     return out
 
 
 def _few_seeds_note(n: int) -> str | None:
-    if n >= MIN_SEEDS_FOR_INTERVAL:
-        return None
-    from rlax_trpo.report.stats import (
-        few_seeds_note,  # (it imports JAX, through rlax_trpo.config.sweep)
-    )
-
-    return few_seeds_note(n)
+    """Why a cell of fewer than 4 seeds has the mean for its IQM (with 4, the cell's interval
+    is called a range, and the report's text says why)."""
+    return few_seeds_note(n) if n < MIN_SEEDS_FOR_INTERVAL else None
 
 
 def score_matrices(cells: dict, algorithms: list[str], tasks: list[str]) -> tuple[dict, list]:

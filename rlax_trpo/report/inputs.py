@@ -1,10 +1,9 @@
 """`rlax-trpo report`'s inputs: run folders (`summary.json`) and the results published by
 `benchmarks/standard_tables.py` (a JSON with `task`, `command`, `date` and the run's `summary`),
-read into one record per run (algorithm, task, per-seed scores, provenance), and the cells
-(algorithm, task) that `rlax_trpo.report.aggregate` computes its statistics over. A sweep's
-settings are each a record of their own (`--setting` chooses one); a run folder without its
-summary.json (unfinished) is skipped with a note. And `--anchors`' published scores. Every
-bad input is one `ReportError` line naming the file."""
+read into one record per run (algorithm, task, per-seed scores, provenance); a sweep's settings
+each a record (`--setting` chooses one), a PBT run one record (its best member); a run folder
+without summary.json (unfinished) skipped with a note; and `--anchors`' published scores.
+Pooling records into cells: `rlax_trpo.report.settings`. Bad input: one `ReportError` line."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rlax_trpo.errors import ConfigError
-from rlax_trpo.report.settings import split_by_settings
+from rlax_trpo.report.settings import setting_text, split_by_settings
 
 
 class ReportError(ConfigError):
@@ -168,9 +167,34 @@ def records_of(
     settings = summary.get("num_settings", 1)
     if type(settings) is not int or settings < 1:
         raise ReportError(f"{file}: num_settings is {settings!r}, not a positive whole number")
+    if settings == 1 and isinstance(summary.get("pbt"), dict):
+        return _population_record(file, summary, published, score)
     if settings == 1:
         return [_run_record(file, summary, published, _per_seed(file, summary, score), score)], []
     return _sweep_records(file, summary, published, score, setting)
+
+
+def _population_record(
+    file: Path, summary: dict, published: dict, score: str
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """A population-based training run as one population: its best member's score (the
+    member `pbt.best_member` names), never its members as seeds (they copy each other's
+    weights); the note gives the population's size and range and the best agent's schedule."""
+    raw = _per_seed(file, summary, score)
+    best = summary["pbt"].get("best_member")
+    if type(best) is not int or not 0 <= best < len(raw):
+        raise ReportError(f"{file}: a PBT run whose pbt.best_member is not one of its members")
+    record = _run_record(file, summary, published, [raw[best]], score)
+    finite = [float(v) for v in raw if _number(v) and _finite(v)]
+    schedule = sorted((summary["pbt"].get("schedule") or {}).items())
+    changes = ", ".join(f"{name} {len(v)} value(s)" for name, v in schedule)
+    note = (
+        f"{file}: a population-based training run of {len(raw)} members, reported as one "
+        f"population: its best member (member {best}, {score} {raw[best]:.4g}; the population's "
+        f"range {min(finite):.4g} to {max(finite):.4g}); its members copy each other's weights, "
+        "so they are not seeds" + (f"; the best agent's schedule: {changes}" if changes else "")
+    )
+    return [record], [note]
 
 
 def _sweep_records(
@@ -192,7 +216,12 @@ def _sweep_records(
         if score != "return" and index != figures_of:
             raise ReportError(f"{file}: {only} (setting {figures_of}), not of setting {index}")
         raw = _per_seed(file, summary, score) if score != "return" else members[index]
-        how = "the best, chosen by --setting best" if setting == "best" else "chosen by --setting"
+        how = (
+            "the best, chosen by --setting best on the seeds it reports (chosen and measured "
+            "on the same seeds, its score is biased upwards: confirm it on other seeds)"
+            if setting == "best"
+            else "chosen by --setting"
+        )
         label = setting_text(members[index]["hp"])
         note = f"{file}: setting {index} of {settings} ({label}), {how}"
         return [_run_record(file, summary, published, raw, score, index)], [note]
@@ -227,13 +256,6 @@ def _chosen(file: Path, setting: str | int, best: Any, settings: int) -> int:
             f"--setting {setting}: {file} is a sweep of {settings} settings (0 to {settings - 1})"
         )
     return int(setting)
-
-
-def setting_text(hp: dict[str, Any]) -> str:
-    """A setting's values, as a run's plots name it: `learning_rate=0.001,clip_eps=0.1`."""
-    return ",".join(
-        f"{str(k).removeprefix('hp.')}={v:g}" if _number(v) else f"{k}={v}" for k, v in hp.items()
-    )
 
 
 class NoFinishedSeed(ReportError):
@@ -294,32 +316,6 @@ def _run_record(
         "command": published.get("command"),
         "date": published.get("date"),
     }
-
-
-def cells_of(runs: list[dict[str, Any]]) -> tuple[dict[tuple[str, str], list[float]], list[str]]:
-    """Scores per (algorithm, task), the seeds of runs of one cell concatenated, and notes."""
-    cells: dict[tuple[str, str], list[float]] = {}
-    by_cell: dict[tuple[str, str], list[dict]] = {}
-    notes = []
-    for run in runs:
-        key = (run["algorithm"], run["task"])
-        cells.setdefault(key, []).extend(run["scores"])
-        by_cell.setdefault(key, []).append(run)
-        if run["dropped_seeds"]:
-            notes.append(
-                f"{run['path']}: {run['dropped_seeds']} seed(s) finished no episode "
-                "in the last 10% of iterations and are left out"
-            )
-    for (algo, task), group in sorted(by_cell.items()):
-        if len(group) > 1:
-            counts = " + ".join(str(len(r["scores"])) for r in group)
-            notes.append(
-                f"{algo} on {task}: the seeds of {len(group)} inputs are concatenated "
-                f"({counts} = {len(cells[algo, task])})"
-            )
-            if len({r["total_env_steps"] for r in group}) > 1:
-                notes.append(f"{algo} on {task}: its inputs ran different budgets")
-    return cells, notes
 
 
 def read_anchors(path: Path) -> dict[str, dict[str, float]]:

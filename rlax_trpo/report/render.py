@@ -19,21 +19,22 @@ from typing import Any
 
 import numpy as np
 
-from rlax_trpo.report.aggregate import METRICS, MIN_SEEDS_FOR_INTERVAL
+from rlax_trpo.report.aggregate import METRICS, MIN_SEEDS_FOR_CI, MIN_SEEDS_FOR_INTERVAL
 from rlax_trpo.report.tables import interval as _interval
 from rlax_trpo.report.tables import num, per_task_table
 from rlax_trpo.report.tables import table as _table
 
 # What a cell of per_task.png shows by its seeds (`cell_kind`): its marker, its legend.
 CELL_KINDS = {
-    "iqm": ("o", f"IQM, 95% bootstrap CI ({MIN_SEEDS_FOR_INTERVAL}+ seeds)"),
+    "iqm": ("o", f"IQM, 95% bootstrap CI ({MIN_SEEDS_FOR_CI}+ seeds)"),
+    "iqm_range": ("^", f"IQM, range min to max ({MIN_SEEDS_FOR_INTERVAL} seeds)"),
     "range": ("s", f"mean, range min to max (2-{MIN_SEEDS_FOR_INTERVAL - 1} seeds)"),
     "value": ("D", "the value of its single seed"),
 }
 
 FIGURES = {
-    "per_task.png": "the final score per task: the IQM with its 95% interval from 4 seeds on, "
-    "else the mean with the range, or one seed's value",
+    "per_task.png": "the final score per task: the IQM with its 95% CI from 5 seeds on, with "
+    "the range with 4, else the mean with the range, or one seed's value",
     "aggregate.png": "aggregate metrics of min-max normalised scores, with 95% intervals",
     "performance_profile.png": "performance profiles of min-max normalised scores",
     "probability_of_improvement.png": "probability of improvement, with 95% intervals",
@@ -113,7 +114,9 @@ def markdown(report: dict[str, Any], anchors: dict, title: str, drawn: set[str])
         "finished in the last 10% of iterations. Statistics as rliable computes them "
         "(Agarwal et al. 2021): "
         f"point estimates with 95% percentile bootstrap intervals ({settings['reps']} "
-        f"resamples, seed {settings['seed']}).",
+        f"resamples, seed {settings['seed']}). Over fewer than {MIN_SEEDS_FOR_CI} seeds such "
+        "an interval is the range of the seeds (min to max), and the tables call it so; from "
+        f"{MIN_SEEDS_FOR_CI} on it is a confidence interval (95% CI).",
         "",
         *_inputs_section(report),
         f"## Per task: final {what}",
@@ -152,11 +155,32 @@ def _agg_pyplot() -> Iterator[Any]:
 
 
 def cell_kind(cell: dict[str, Any]) -> str:
-    """What a per-task cell's point and bar are: from 4 seeds the IQM and its 95% interval;
-    with 2-3 the mean and the range (`stats.few_seeds_note`); with 1, the value."""
-    if cell["seeds"] >= MIN_SEEDS_FOR_INTERVAL:
+    """What a per-task cell's point and bar are: from 5 seeds the IQM and its 95% CI; with 4
+    the IQM and the range (its bootstrap interval); with 2-3 the mean and the range
+    (`stats.few_seeds_note`); with 1, the value."""
+    if cell["seeds"] >= MIN_SEEDS_FOR_CI:
         return "iqm"
+    if cell["seeds"] >= MIN_SEEDS_FOR_INTERVAL:
+        return "iqm_range"
     return "range" if cell["seeds"] > 1 else "value"
+
+
+def tick_labels(names: list[str], width: int = 24) -> tuple[list[str], int]:
+    """Per-task axis labels that stay readable with many or long names (settings' rows are
+    `ppo (hp.learning_rate=0.001, layer_norm=false)`): each wrapped at its commas to lines
+    of about `width` characters, and set upright (90 degrees) unless every name is short.
+    Returns the labels and the rotation."""
+    wrapped = []
+    for name in names:
+        lines, line = [], ""
+        for part in name.replace(", ", ",\x00").split("\x00"):
+            if line and len(line) + len(part) > width:
+                lines.append(line.rstrip())
+                line = ""
+            line += part + " "
+        wrapped.append("\n".join([*lines, line.rstrip()]))
+    short = len(names) <= 4 and all(len(n) <= 12 for n in names)
+    return wrapped, 0 if short else 90
 
 
 def score_label(score: str) -> str:
@@ -176,7 +200,12 @@ def _per_task_figure(report: dict[str, Any], path: Path) -> Any:
     cells = [report["per_task"][t].get(a) for t in tasks for a in algorithms]
     kinds = [k for k in CELL_KINDS if any(c and cell_kind(c) == k for c in cells)]
     legend_height = 0.18 * len(kinds) + 0.1
-    fig = Figure(figsize=(1.2 + 1.1 * len(algorithms) * cols, 3.2 * rows + legend_height))
+    labels, turn = tick_labels(algorithms)
+    longest = max(len(line) for label in labels for line in label.splitlines())
+    label_height = 0.0 if not turn else 0.08 * longest  # inches of upright text
+    fig = Figure(
+        figsize=(1.2 + 1.1 * len(algorithms) * cols, (3.2 + label_height) * rows + legend_height)
+    )
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     for ax, task in zip(axes, tasks, strict=False):
         for i, algo in enumerate(algorithms):
@@ -184,11 +213,13 @@ def _per_task_figure(report: dict[str, Any], path: Path) -> Any:
             if cell:
                 kind = cell_kind(cell)
                 (low, high), centre = cell["iqm_ci95"], cell["iqm"]
-                if kind != "iqm":  # what the legend says: the mean and the range, exactly
+                if kind in ("range", "value"):  # what the legend says: the mean and the range
                     low, high, centre = min(cell["scores"]), max(cell["scores"]), cell["mean"]
+                elif kind == "iqm_range":  # the IQM, and the range its interval is
+                    low, high = min(cell["scores"]), max(cell["scores"])
                 bar = None if kind == "value" else [[centre - low], [high - centre]]
                 ax.errorbar(i, centre, yerr=bar, fmt=CELL_KINDS[kind][0], capsize=5, color=f"C{i}")
-        ax.set_xticks(range(len(algorithms)), algorithms)
+        ax.set_xticks(range(len(algorithms)), labels, rotation=turn)
         ax.set_xlim(-0.6, len(algorithms) - 0.4)
         ax.set_title(task, fontsize=9)
         ax.grid(alpha=0.3, axis="y")

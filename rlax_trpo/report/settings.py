@@ -10,7 +10,8 @@ or, for a result published without one, by resolving its `command` (`--config` a
 a folder above the result, or bundled. Two runs agree when every field both have is equal (a
 field one lacks was added to the library later). A run whose settings cannot be read is pooled
 with the others, or, where they split, reported as `algorithm (settings unknown)`; a note says
-which.
+which. A population-based training run's `pbt:` section is a setting like any other: it
+never pools with a run without one.
 """
 
 from __future__ import annotations
@@ -28,6 +29,14 @@ from rlax_trpo.errors import ConfigError
 # the same step whether its candidates are evaluated all at once or batch by batch): runs that
 # differ only in them pool.
 HOW_NOT_WHAT = frozenset({"line_search_batch"})
+
+
+def setting_text(hp: dict[str, Any]) -> str:
+    """A setting's values, as a run's plots name it: `learning_rate=0.001,clip_eps=0.1`."""
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    return ",".join(
+        f"{str(k).removeprefix('hp.')}={v:g}" if number(v) else f"{k}={v}" for k, v in hp.items()
+    )
 
 
 def settings_of(run: dict[str, Any]) -> dict[str, Any] | None:
@@ -77,10 +86,17 @@ def _resolve(path: Path, command: Any) -> dict[str, Any] | None:
         return None
 
 
+# a section's own key, beside its fields: `pbt: {...}` never agrees with `pbt: null`
+SECTION = "set"
+
+
 def _flatten(raw: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """`{"hp": {"lr": 1}}` -> `{"hp": "set", "hp.lr": 1}`: a section keeps a key of its own,
+    so that a run with it (`pbt.*`) and a run without (`pbt: null`) share a key that differs."""
     flat: dict[str, Any] = {}
     for key, value in raw.items():
         if isinstance(value, dict) and value:
+            flat[f"{prefix}{key}"] = SECTION
             flat.update(_flatten(value, f"{prefix}{key}."))
         else:
             flat[f"{prefix}{key}"] = value
@@ -152,3 +168,51 @@ def _label(settings: dict[str, Any], differ: list[str], groups: list) -> str:
     if sum(first(other) == first(settings) for other, _ in groups) > 1:
         return ", ".join(f"{k}={_text(settings[k])}" for k in shown)
     return ", ".join(f"{k}={v}" for k, v in first(settings)) + (", ..." if len(shown) > 4 else "")
+
+
+def cells_of(runs: list[dict[str, Any]]) -> tuple[dict[tuple[str, str], list[float]], list[str]]:
+    """Scores per (algorithm, task), the seeds of runs of one cell concatenated, and notes."""
+    cells: dict[tuple[str, str], list[float]] = {}
+    by_cell: dict[tuple[str, str], list[dict]] = {}
+    notes = []
+    for run in runs:
+        key = (run["algorithm"], run["task"])
+        cells.setdefault(key, []).extend(run["scores"])
+        by_cell.setdefault(key, []).append(run)
+        if run["dropped_seeds"]:
+            notes.append(
+                f"{run['path']}: {run['dropped_seeds']} seed(s) finished no episode "
+                "in the last 10% of iterations and are left out"
+            )
+    for (algo, task), group in sorted(by_cell.items()):
+        if len(group) > 1:
+            counts = " + ".join(str(len(r["scores"])) for r in group)
+            notes.append(
+                f"{algo} on {task}: the seeds of {len(group)} inputs are concatenated "
+                f"({counts} = {len(cells[algo, task])})"
+            )
+            if len({r["total_env_steps"] for r in group}) > 1:
+                notes.append(f"{algo} on {task}: its inputs ran different budgets")
+    return cells, notes + _budget_notes(by_cell)
+
+
+def _budget_notes(by_cell: dict[tuple[str, str], list[dict]]) -> list[str]:
+    """A note per task whose rows ran different budgets (env steps per seed): their scores
+    are not of one budget, so the comparison is not like for like."""
+    notes = []
+    for task in sorted({task for _, task in by_cell}):
+        budgets = {
+            algo: sorted({r["total_env_steps"] for r in group}, key=str)
+            for (algo, t), group in sorted(by_cell.items())
+            if t == task
+        }
+        if len({tuple(b) for b in budgets.values()}) > 1:
+            said = ", ".join(
+                f"{algo} {' / '.join(f'{b:,}' if b else 'unknown' for b in steps)}"
+                for algo, steps in budgets.items()
+            )
+            notes.append(
+                f"{task}: its rows ran different budgets (env steps per seed: {said}); "
+                "they do not compare like for like"
+            )
+    return notes

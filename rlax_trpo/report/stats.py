@@ -14,6 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlax_trpo.report.aggregate import (  # the seed-count rules, stated once there
+    MIN_SEEDS_FOR_CI,
+    MIN_SEEDS_FOR_INTERVAL,
+    few_seeds_note,
+)
+
 if TYPE_CHECKING:  # annotations only: this module stays free of JAX
     from rlax_trpo.config.sweep import Sweep
 
@@ -115,26 +121,6 @@ def bootstrap_ci(
     return float(lo), float(hi)
 
 
-MIN_SEEDS_FOR_INTERVAL = 4
-
-
-def few_seeds_note(num_seeds: int) -> str | None:
-    """Why the IQM and the interval of fewer than 4 seeds say little, or None from 4 on.
-
-    With n < 4 the IQM drops `floor(n/4) = 0` values (it is the mean), and the percentile
-    bootstrap's 2.5% and 97.5% quantiles are the smallest and largest value (a resample of
-    only the smallest value has probability `n**-n >= 1/27 > 2.5%`): the range, not a
-    confidence interval.
-    """
-    if num_seeds >= MIN_SEEDS_FOR_INTERVAL:
-        return None
-    return (
-        f"{num_seeds} seed(s) are too few for an IQM or a 95% bootstrap interval: the IQM is "
-        f"the mean and the interval is the range (min to max); use {MIN_SEEDS_FOR_INTERVAL} "
-        "or more seeds"
-    )
-
-
 def smooth_curves(values: np.ndarray, window: int) -> np.ndarray:
     """Trailing moving average over `window` iterations of each row of `[seeds, iterations]`,
     over the finite values in the window (NaN where the window has none)."""
@@ -158,9 +144,10 @@ def curve_statistic(
     """Per iteration of `[seeds, iterations]`: (centre, low, high, centre's name, band's name).
 
     From 4 finite seeds on, the IQM with a 95% percentile-bootstrap interval of the IQM, as
-    the summary reports final returns; with 2-3 the mean and the range (what the IQM and the
-    bootstrap come to there, `few_seeds_note`); with 1 the value and no band. NaN values
-    (iterations before a seed's first finished episode) are left out.
+    the summary reports final returns (named a confidence interval from 5 seeds on: with 4 it
+    is the range, `few_seeds_note`); with 2-3 the mean and the range (what the IQM and the
+    bootstrap come to there); with 1 the value and no band. NaN values (iterations before
+    a seed's first finished episode) are left out.
     """
     values = np.asarray(values, np.float64)
     n, iters = values.shape
@@ -187,8 +174,10 @@ def curve_statistic(
     if n == 1:
         return centre, low, high, "value", ""
     if n < MIN_SEEDS_FOR_INTERVAL:
-        return centre, low, high, "mean", "range (min to max)"
-    return centre, low, high, "IQM", "95% bootstrap CI"
+        return centre, low, high, "mean", f"range (min to max, {n} seeds)"
+    if n < MIN_SEEDS_FOR_CI:  # the bootstrap band is the range there (`few_seeds_note`)
+        return centre, low, high, "IQM", f"range (min to max, {n} seeds)"
+    return centre, low, high, "IQM", f"95% bootstrap CI ({n} seeds)"
 
 
 def member_summaries(
@@ -201,7 +190,8 @@ def member_summaries(
 
     Each has the setting's values, `final_return_mean`/`_std`, `final_return_iqm`, and 95%
     bootstrap intervals of the mean and of the IQM over the seeds with a finished episode,
-    and `interval_note` (`few_seeds_note`: None from 4 such seeds on).
+    and `interval_note` (`few_seeds_note`: None from 5 such seeds on, where the interval is
+    a confidence interval and not the range).
     Returns the list and the index of the best setting (highest IQM; None if no setting
     finished an episode).
     """

@@ -28,41 +28,61 @@ def table(header: list[str], rows: list[list[Any]]) -> list[str]:
     return [line(header), line(["---"] * len(header)), *(line(r) for r in rows)]
 
 
-def _figures(cell: dict[str, Any] | None) -> list[Any]:
+def _figures(cell: dict[str, Any] | None, label: bool) -> list[Any]:
+    """A cell's IQM, mean (each with its interval; `label`: the interval's kind named in
+    the cell, for a column that holds both kinds) and seeds."""
     if cell is None:
-        return ["-", "-", 0]
+        return ["-", "-", "-"]
+    kind = f" {cell['interval']}" if label else ""
+    # Below 5 seeds the cell shows the seeds' range beside both estimates: the IQM's
+    # bootstrap interval is that range, the mean's (narrower) would be no confidence interval.
+    spread = [min(cell["scores"]), max(cell["scores"])]
+    ranged = cell["interval"] == "range"
     return [
-        interval(cell["iqm"], cell["iqm_ci95"]),
-        interval(cell["mean"], cell["mean_ci95"]),
+        interval(cell["iqm"], spread if ranged else cell["iqm_ci95"]) + kind,
+        interval(cell["mean"], spread if ranged else cell["mean_ci95"]) + kind,
         cell["seeds"],
     ]
 
 
+def interval_header(cells: list[dict[str, Any]]) -> tuple[str, bool]:
+    """The columns' name for the intervals of `cells` (`95% CI` or `range` when all are of
+    one kind) and whether each cell must name its own (both kinds in one column)."""
+    kinds = {c["interval"] for c in cells}
+    return (kinds.pop(), False) if len(kinds) == 1 else ("95% CI or range", True)
+
+
 def per_task_table(report: dict[str, Any], anchors: dict[str, dict[str, float]]) -> str:
-    """The final scores per task and algorithm (IQM and mean with 95% intervals, seeds), each
-    anchor label's number for the task, and the few-seeds note of any cell with fewer than 4
-    seeds: a row per task up to `WIDE_UP_TO` algorithms, else a row per task and algorithm."""
+    """The final scores per task and algorithm (IQM and mean with their 95% bootstrap
+    intervals, named "95% CI" from 5 seeds on and "range" below; seeds), each anchor label's
+    number for the task, and the few-seeds note of any cell with fewer than 5 seeds: a row per
+    task up to `WIDE_UP_TO` algorithms, else a row per task and algorithm that ran it."""
     algorithms, per_task = report["algorithms"], report["per_task"]
     notes = any(c["note"] for cells in per_task.values() for c in cells.values())
     published = lambda task: [num(a[task]) if task in a else "" for a in anchors.values()]
     rows = []
     if len(algorithms) > WIDE_UP_TO:
-        header = ["task", "algorithm", "IQM [95% CI]", "mean [95% CI]", "seeds", *anchors]
+        name, label = interval_header([c for cells in per_task.values() for c in cells.values()])
+        header = ["task", "algorithm", f"IQM [{name}]", f"mean [{name}]", "seeds", *anchors]
         for task in report["tasks"]:
             for algo in algorithms:
                 cell = per_task[task].get(algo)
-                note = [(cell["note"] if cell else "") or ""] if notes else []
-                rows.append([task, algo, *_figures(cell), *published(task), *note])
+                if cell is None:  # a long table leaves out what did not run
+                    continue
+                note = [cell["note"] or ""] if notes else []
+                rows.append([task, algo, *_figures(cell, label), *published(task), *note])
     else:
-        header = ["task"]
+        header, labels = ["task"], {}
         for algo in algorithms:
-            header += [f"{algo} IQM [95% CI]", f"{algo} mean [95% CI]", f"{algo} seeds"]
+            ran = [per_task[t][algo] for t in report["tasks"] if algo in per_task[t]]
+            name, labels[algo] = interval_header(ran)
+            header += [f"{algo} IQM [{name}]", f"{algo} mean [{name}]", f"{algo} seeds"]
         header += list(anchors)
         for task in report["tasks"]:
             row, said = [task], []
             for algo in algorithms:
                 cell = per_task[task].get(algo)
-                row += _figures(cell)
+                row += _figures(cell, labels[algo])
                 if cell is not None and cell["note"]:
                     said.append(f"{algo}: {cell['note']}")
             rows.append([*row, *published(task), *(["; ".join(said)] if notes else [])])
