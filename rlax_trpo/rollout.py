@@ -107,7 +107,7 @@ def _write(buffers: Any, values: Any, t: jax.Array) -> Any:
     settings) a scan stacks its outputs time first and the population second, and the
     learner's first batched matrix product needs the population first: XLA then copies the
     whole observation batch. A carried buffer keeps the population axis first as written.
-    With Craftax's 8,268-float observations that copy is 2 GiB per seed (docs/performance.md).
+    With Craftax's 8,268-float observations that copy is 2 GiB per seed (studies/trpo_memory).
     """
     return jax.tree.map(
         lambda buf, x: jax.lax.dynamic_update_index_in_dim(buf, x, t, 0), buffers, values

@@ -120,3 +120,7 @@ class Program(NamedTuple):
     # The population's own run, `(state [P], hp [P], num_iterations) -> (state, metrics [P, n])`,
     # where members act on each other (population-based training); None: `run` vmapped.
     population_run: Any = None
+    # Arrays every member reads and none changes (a language model's frozen weights, a prompt
+    # bank): placed once, not per member, and given to `init`, `run` and `evaluate` as their
+    # last argument. None: those take no such argument.
+    shared: Any = None

@@ -48,7 +48,7 @@ if ACCELERATOR:
 # program could pick, and round, differently; autotuning was also much of each compile) and
 # deterministic reductions and scatters (XLA's GPU atomics add in an order that varies from
 # run to run), so that the suite's bitwise claims (a resumed run against an uninterrupted one)
-# can hold on the GPU (not yet confirmed there: docs/gpu.md).
+# can hold on the GPU (not yet confirmed there: studies/gpu_runs).
 GPU_TEST_XLA_FLAGS = "--xla_gpu_autotune_level=0 --xla_gpu_deterministic_ops=true"
 FAST_COMPILE = os.environ.get(
     "RLAX_TRPO_TEST_XLA_FLAGS", GPU_TEST_XLA_FLAGS if ACCELERATOR else FAST_COMPILE_XLA_FLAGS
@@ -57,6 +57,34 @@ FAST_COMPILE = os.environ.get(
 # machine), so that what they compute compares with what the test computes in its own process.
 # Tests of several CPU devices (--xla_force_host_platform_device_count) pin theirs to the CPU.
 SAME_BACKEND = {} if ACCELERATOR else {"JAX_PLATFORMS": "cpu"}
+
+
+def forced_devices_env(devices: int) -> dict:
+    """The environment of a child process with `devices` CPU devices, pinned to the CPU, that
+    imports this checkout."""
+    flags = f"{FAST_COMPILE} --xla_force_host_platform_device_count={devices}"
+    root = str(Path(__file__).resolve().parents[1])
+    return {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu", "PYTHONPATH": root}
+
+
+def run_on_devices(script: str, *args, devices: int = 4, timeout: float = 900):
+    """`python -c script args` with `devices` CPU devices (`forced_devices_env`), run in the
+    checkout; asserts it exited 0 (its stderr's tail if not) and returns the process."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *map(str, args)],
+        cwd=root,
+        env=forced_devices_env(devices),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
 # (xdist workers import this file again with the environment set here: keep the user's own.)
 USER_XLA_FLAGS = os.environ.setdefault("RLAX_TRPO_USER_XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
 os.environ["XLA_FLAGS"] = f"{USER_XLA_FLAGS} {FAST_COMPILE}".strip()
@@ -148,3 +176,16 @@ def updated_policy(trainer, params, algo_state, batch, hp, key=None):
     key = jax.random.key(2) if key is None else key
     new, _, _ = jax.jit(trainer.algorithm.update)(params, algo_state, batch, hp, key)
     return np.concatenate([np.ravel(x) for x in jax.tree.leaves(new.policy)])
+
+
+@pytest.fixture(scope="session")
+def tiny_lm_folder(tmp_path_factory):
+    """A small random language model in the Hugging Face layout with its own BPE tokenizer
+    (`rlax-trpo tiny-lm --steps 0`): what a pretrained-model config's `model_path` reads."""
+    pytest.importorskip("tokenizers")
+    pytest.importorskip("safetensors")
+    from rlax_trpo.experiment.tiny_lm import make_tiny_lm
+
+    out = tmp_path_factory.mktemp("tiny_lm") / "model"
+    make_tiny_lm(out, steps=0, width=32, layers=2, vocab_size=300, num_problems=2000)
+    return out

@@ -6,17 +6,12 @@ one device, so the runs happen in a subprocess.
 
 import csv
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import conftest
 import numpy as np
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent("""
     import sys
@@ -65,21 +60,7 @@ def _rows(run: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("devices")
-    env = {
-        **os.environ,
-        "XLA_FLAGS": f"{conftest.FAST_COMPILE} --xla_force_host_platform_device_count=4",
-        "JAX_PLATFORMS": "cpu",
-        "PYTHONPATH": str(ROOT),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    conftest.run_on_devices(SCRIPT, out, devices=4)
     return out
 
 
@@ -177,11 +158,7 @@ HLO_SCRIPT = textwrap.dedent("""
 
 
 def test_data_parallel_update_gathers_nothing():
-    flags = f"{conftest.FAST_COMPILE} --xla_force_host_platform_device_count=4"
-    env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", HLO_SCRIPT], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = conftest.run_on_devices(HLO_SCRIPT, devices=4, timeout=600)
     counts = json.loads(proc.stdout.strip().splitlines()[-1])
     for algo in ("ppo", "trpo"):
         for d in (4,):

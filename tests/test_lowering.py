@@ -32,6 +32,11 @@ import pytest
 import yaml
 
 from rlax_trpo.config.defaults import bundled_config_names, find_config
+from rlax_trpo.experiment.population import (
+    population_evaluator,
+    population_initializer,
+    population_runner,
+)
 from rlax_trpo.experiment.program import make_program
 
 PLATFORMS = ("cuda", "tpu")
@@ -58,10 +63,12 @@ def cpu_only_calls(text: str) -> list[str]:
     return sorted(t for t in custom_call_targets(text) if CPU_ONLY.search(t))
 
 
-def load(name: str):
+def load(name: str, model_path=None):
+    """A bundled config; a pretrained model's reads `model_path` (a small random folder)."""
     from rlax_trpo.config import load_config
 
-    return load_config(name, [])
+    pretrained = yaml.safe_load(find_config(name).read_text()).get("model_path")
+    return load_config(name, [f"model_path={model_path}"] if pretrained else [])
 
 
 def lowered_programs(
@@ -70,16 +77,15 @@ def lowered_programs(
     """StableHLO text of the population's init, run (one iteration) and evaluate programs,
     vmapped as `experiment.run` vmaps them, for each tuple of platforms in `platforms` (each
     program traced once)."""
-    keys = jax.random.split(jax.random.key(0), population)
+    keys = jax.random.key_data(jax.random.split(jax.random.key(0), population))
     hps = jax.tree.map(lambda x: jnp.broadcast_to(x, (population, *jnp.shape(x))), program.hparams)
-    init = jax.vmap(program.init)
-    state = jax.eval_shape(init, keys, hps)
+    init, shared = population_initializer(program), program.shared
+    state = jax.eval_shape(init, keys, hps, shared)
     calls = {
-        "init": (jax.jit(init), (keys, hps)),
-        "run": (jax.jit(jax.vmap(program.run, in_axes=(0, 0, None)), static_argnums=2),
-                (state, hps, 1)),
-        "evaluate": (jax.jit(jax.vmap(program.evaluate)), (state, keys)),
-    }  # fmt: skip
+        "init": (jax.jit(init), (keys, hps, shared)),
+        "run": (jax.jit(population_runner(program), static_argnums=2), (state, hps, 1, shared)),
+        "evaluate": (jax.jit(population_evaluator(program)), (state, keys, shared)),
+    }
     traced = {name: fn.trace(*args) for name, (fn, args) in calls.items()}
     return {
         target: {name: t.lower(lowering_platforms=target).as_text() for name, t in traced.items()}
@@ -129,11 +135,12 @@ def lapack_calls(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("name", _params())
-def test_bundled_config_lowers_without_lapack_and_for_gpu_and_tpu(name):
+def test_bundled_config_lowers_without_lapack_and_for_gpu_and_tpu(name, tiny_lm_folder):
     assert TWINS.get(name) in (None, *bundled_config_names())
     # every algorithm, the MLP, CNN and memory networks, Categorical and Gaussian policies,
-    # physics, Jumanji, Craftax and the language model
-    lowered = lowered_programs(make_program(load(name)), platforms=(("cpu",), PLATFORMS))
+    # physics, Jumanji, Craftax, the tiny language model and a pretrained one
+    config = load(name, tiny_lm_folder)
+    lowered = lowered_programs(make_program(config), platforms=(("cpu",), PLATFORMS))
     for part, text in lowered[("cpu",)].items():
         assert "func.func public @main" in text, f"{name} {part}: no main function"
         assert lapack_calls(text) == [], f"{name} {part} on CPU: LAPACK custom calls"

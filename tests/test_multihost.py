@@ -25,8 +25,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gl
 
 
 def _env(devices: int) -> dict:
-    flags = f"{conftest.FAST_COMPILE} --xla_force_host_platform_device_count={devices}"
-    return {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    return conftest.forced_devices_env(devices)
 
 
 def _free_port() -> int:

@@ -1,6 +1,7 @@
 """CPU setup before JAX starts: one CPU device per core (or as asked), the whole thread pool,
 straight-line threefry, linear algebra without LAPACK; importing the package starts nothing."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -316,3 +317,47 @@ def test_the_straight_line_threefry_is_kept_from_the_jaxlibs_that_cannot_compile
     assert platform.straight_threefry_compiles((0, 10, 2))
     for stuck in ((0, 11, 0), (0, 11, 2)):
         assert not platform.straight_threefry_compiles(stuck)
+
+
+CONFIG_PROBE = """
+import json, os, sys
+import jax
+from jax._src import xla_bridge
+from jax._src.interpreters import mlir
+from jax._src.lax import linalg
+from rlax_trpo import Config, load_config
+
+def settings():
+    rule = getattr(mlir._lowerings.get(linalg.cholesky_p), "rule", None)
+    return [int(jax.config.jax_num_cpu_devices), os.environ.get("XLA_FLAGS"), repr(rule)]
+
+before = settings()
+Config.create()
+Config.create(env="Breakout-MinAtar", algorithm="trpo")
+try:
+    load_config("configs/ppo_brax_hopper.yaml")
+    brax_config = "loaded"
+except Exception as err:  # brax not installed: refused by name, still without starting JAX
+    brax_config = str(err).splitlines()[0]
+load_config("configs/grpo_lm_sort.yaml")
+try:
+    Config.create(env="CartPole-v2")
+except Exception as err:
+    refused = str(err).splitlines()[0]
+print(json.dumps({"started": xla_bridge.backends_are_initialized(), "before": before,
+                  "after": settings(), "refused": refused, "brax_config": brax_config,
+                  "gymnax": "gymnax" in sys.modules, "brax": "brax" in sys.modules}))
+"""
+
+
+def test_building_a_config_changes_nothing_of_jax():
+    # Validation has no side effects: no backend started, no device count or linear-algebra
+    # lowering chosen, no suite imported; `rlax-trpo train` and `run` set up the host.
+    out = _probe(CONFIG_PROBE)
+    assert out["started"] is False and out["before"] == out["after"], out
+    assert out["gymnax"] is False and out["brax"] is False, out
+    assert "did you mean 'CartPole-v1'" in out["refused"], out
+    if importlib.util.find_spec("brax") is None:
+        assert "needs the brax suite" in out["brax_config"], out
+    else:
+        assert out["brax_config"] == "loaded", out

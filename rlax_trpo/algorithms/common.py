@@ -92,7 +92,7 @@ def flat_optimizer_step(
     the parameters kept as a pytree: the optimiser is a few kernels, not a few per leaf (a
     quarter of PPO's update on CPU), and the networks read whole arrays, not slices of one
     vector (an H100 trace of PPO's update showed one extra pass over every hidden activation
-    per minibatch with slices: docs/performance.md). Same arithmetic as on the flat vector.
+    per minibatch with slices: studies/kernel_counts). Same arithmetic as on the flat vector.
     """
     flat_params, unravel = ravel_pytree(params)
     flat_grads = ravel_pytree(grads)[0]

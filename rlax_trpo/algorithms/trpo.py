@@ -153,7 +153,7 @@ def policy_bonus(config: Config, networks: Networks) -> Any:
     """dist -> the per-state bonus `hp.ent_coef` weighs: H(pi(.|s)) (`entropy_bonus:
     entropy`) or the log barrier -KL(U || pi(.|s)) (`log_barrier`, `losses.log_barrier`),
     whose pull toward uniform does not vanish where pi(.|s) is deterministic, as the
-    entropy's does (docs/trpo_results.md: where Breakout's policy stays deterministic)."""
+    entropy's does (studies/trpo_minatar_settings: where Breakout's policy stays deterministic)."""
     if config.entropy_bonus == "entropy":
         return lambda dist: dist.entropy()
     if networks.spec is not None and not networks.spec.discrete:

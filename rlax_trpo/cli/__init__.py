@@ -20,6 +20,7 @@ from rlax_trpo.cli.commands import (
     configs_main,
     eval_main,
     report_main,
+    tiny_lm_main,
     train_main,
 )
 from rlax_trpo.cli.parsers import (
@@ -43,6 +44,7 @@ __all__ = [
     "main_help",
     "report_main",
     "runlog",
+    "tiny_lm_main",
     "train_main",
     "_report",
 ]
@@ -53,6 +55,7 @@ COMMANDS = {
     "eval": "evaluate a finished run folder: greedy and sampling returns, a GIF",
     "configs": "list the bundled configurations; --show NAME prints one whole",
     "report": "statistics over finished runs (rliable): tables, intervals, figures",
+    "tiny-lm": "write a small pretrained language model (Hugging Face layout) for the CPU configs",
 }
 
 
@@ -63,6 +66,7 @@ def main_help(prog: str = "rlax-trpo") -> str:
         f"       {prog} eval --run DIR [options]",
         f"       {prog} configs [--show NAME [key=value ...]]",
         f"       {prog} report PATH [PATH ...] [--out DIR] [options]",
+        f"       {prog} tiny-lm --out DIR [options]",
         "",
         "Policy optimisation (VPG, NPG, TRPO, PPO, GRPO) compiled end to end in JAX.",
         "",
@@ -87,7 +91,12 @@ def main(argv: list[str] | None = None, prog: str = "rlax-trpo") -> int:
         print(main_help(f"python {prog}" if prog.endswith(".py") else prog), end="")
         return 0
     command, rest = (argv[0], argv[1:]) if argv[:1] and argv[0] in COMMANDS else ("train", argv)
-    mains = {"eval": eval_main, "configs": configs_main, "report": report_main}
+    mains = {
+        "eval": eval_main,
+        "configs": configs_main,
+        "report": report_main,
+        "tiny-lm": tiny_lm_main,
+    }
     try:
         if command in mains:
             return mains[command](rest, f"{prog} {command}")

@@ -145,3 +145,30 @@ def report_main(argv: list[str], prog: str = "rlax-trpo report") -> int:
 
     args = build_report_parser(prog, Parser).parse_intermixed_args(argv)
     return report_command(args, prog)
+
+
+def tiny_lm_main(argv: list[str], prog: str = "rlax-trpo tiny-lm") -> int:
+    """`tiny-lm --out DIR [--steps N] ...`: a small pretrained model in the Hugging Face
+    layout, trained here on word problems (`rlax_trpo.experiment.tiny_lm`)."""
+    import json
+
+    from rlax_trpo.cli.parsers import build_tiny_lm_parser
+
+    args = build_tiny_lm_parser(prog).parse_args(argv)
+    compile_cache.setup_compile_cache(not args.no_compile_cache)
+    from rlax_trpo.platform import setup_cpu
+
+    setup_cpu(1)
+    from rlax_trpo.experiment.tiny_lm import make_tiny_lm
+
+    made = make_tiny_lm(
+        args.out,
+        steps=args.steps,
+        seed=args.seed,
+        width=args.width,
+        layers=args.layers,
+        vocab_size=args.vocab_size,
+        kinds=tuple(args.kinds) if args.kinds else None,
+    )
+    print(json.dumps(made, indent=2))
+    return 0

@@ -76,7 +76,12 @@ def _population_options(group: Any) -> None:
         help="keep the newest K checkpoints (default 2)",
     )
     add("--devices", type=int, metavar="N", help="devices to shard over (default: all that fit)")
-    add("--shard", choices=("population", "envs"), default="population", help="what to split")
+    add(
+        "--shard",
+        choices=("population", "envs", "model"),
+        default="population",
+        help="what to split: the population, the environments, or a model's weights",
+    )
 
 
 def _logging_options(group: Any) -> None:
@@ -121,6 +126,13 @@ def build_eval_parser(prog: str = "rlax-trpo eval") -> argparse.ArgumentParser:
     add("--gif", type=Path, nargs="?", const=Path("episode.gif"), help="render a greedy episode")
     add("--member", type=int, help="member to render (default: seed 0 of the best setting)")
     add("--max-steps", type=int, help="episode step limit (default: the env's)")
+    add(
+        "--export",
+        type=Path,
+        metavar="DIR",
+        help="a pretrained model's run: write --member's policy (default 0) as a Hugging Face "
+        "folder, LoRA merged",
+    )
     add("--no-compile-cache", action="store_true", help="no persistent compile cache")
     return p
 
@@ -144,4 +156,24 @@ def build_configs_parser(prog: str = "rlax-trpo configs") -> argparse.ArgumentPa
         help="import a module of yours first (its algorithms and environments)",
     )
     add("overrides", nargs="*", metavar="key=value", help="overrides, with --show")
+    return p
+
+
+def build_tiny_lm_parser(prog: str = "rlax-trpo tiny-lm") -> argparse.ArgumentParser:
+    from rlax_trpo.lm.word_problems import KINDS
+
+    p = Parser(
+        prog=prog,
+        description="Write a small pretrained language model in the Hugging Face layout: a BPE "
+        "tokenizer and a Qwen2-layout decoder trained here by supervised steps on word problems.",
+    )
+    add = p.add_argument
+    add("--out", type=Path, required=True, metavar="DIR", help="the folder (new or empty)")
+    add("--steps", type=int, default=1500, help="supervised steps (default 1500)")
+    add("--seed", type=int, default=0, help="seed of the problems and the initialisation")
+    add("--width", type=int, default=128, help="hidden size (default 128)")
+    add("--layers", type=int, default=4, help="decoder layers (default 4)")
+    add("--vocab-size", type=int, default=2048, help="BPE vocabulary at most (default 2048)")
+    add("--kinds", nargs="+", choices=KINDS, metavar="KIND", help=f"problem kinds: {KINDS}")
+    add("--no-compile-cache", action="store_true", help="no persistent compile cache")
     return p

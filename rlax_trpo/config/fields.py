@@ -275,11 +275,15 @@ class ControlFields(RunFields):
         return self
 
     def host_checks(self) -> None:
+        """The environment's name, from each suite's snapshot of its names (nothing imported,
+        no JAX backend started, no JAX setting changed); its `env_kwargs` by building it."""
         from rlax_trpo import envs, platform  # host-only, before any compilation
 
-        platform.setup_cpu_for_run()  # the name check imports gymnax, which starts JAX
         envs.check_env_name(self.env)
         if self.env_kwargs:  # each suite checks its parameters as it builds the environment
+            # Building it imports the suite's library, which starts JAX's backend: the host is
+            # set up first as a run sets it up, or the run would find one CPU device.
+            platform.setup_cpu_for_run()
             checks.check_env_kwargs(self.env, self.env_kwargs)
 
     @property

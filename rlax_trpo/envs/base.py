@@ -131,6 +131,9 @@ def snapshot_names(
     yet, nobody can have registered more, so the snapshot is the answer and nothing heavy is
     imported (an unknown name fails in well under a second). Otherwise `live()` asks the
     library itself; a library that is not installed has no names.
+
+    Importing a suite's library can start JAX's backend (gymnax's does), so before `live()`
+    imports one the host is set up as a run sets it up (`platform.setup_cpu_for_run`).
     """
     if module not in sys.modules:
         try:
@@ -139,4 +142,7 @@ def snapshot_names(
             return []
         if installed == version:
             return list(names)
+        from rlax_trpo import platform
+
+        platform.setup_cpu_for_run()
     return live()

@@ -5,6 +5,7 @@ checkpoints, signals and divergence. Stages of `rlax_trpo.experiment.run`.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any, NamedTuple
 
@@ -12,7 +13,12 @@ import jax
 import numpy as np
 
 from rlax_trpo.experiment import checkpoint, loggers, parallel
-from rlax_trpo.experiment.plan import Setup, population_initializer, unplaced
+from rlax_trpo.experiment.plan import Setup, unplaced
+from rlax_trpo.experiment.population import (
+    population_evaluator,
+    population_initializer,
+    population_runner,
+)
 from rlax_trpo.experiment.progress import ProgressBar, StopRequest
 from rlax_trpo.report import stats
 
@@ -84,50 +90,70 @@ def compile_run(setup: Setup, start: Start) -> Compiled:
             flush=True,
         )
     t0 = time.perf_counter()
+    with _traced_on(placement):
+        compiled = _compile(setup, start)
+    seconds = time.perf_counter() - t0
+    if setup.folder.owner:
+        print(f" {seconds:.1f} s", flush=True)
+    return compiled._replace(compile_seconds=start.compile_seconds + seconds)
+
+
+def _traced_on(placement) -> Any:
+    """The model layout's mesh as the one programs are traced under (its batch split, as
+    `rlax_trpo.lm.grpo.shard_rows` asks); no mesh for the other layouts."""
+    mesh = placement.population.mesh
+    return jax.set_mesh(mesh) if "model" in mesh.axis_names else contextlib.nullcontext()
+
+
+def _compile(setup: Setup, start: Start) -> Compiled:
+    plan, program, placement = setup.plan, setup.program, setup.placement
     log_every = plan.log_every
     if (plan.tensorboard or plan.wandb) and not (log_every or plan.chunked):
         log_every = loggers.default_log_every(plan.total)
     every = (program.eval_every, log_every)
     lengths = _chunk_lengths(start.iteration, plan.total, plan.chunk, *every)
+    shared = placement.shared  # passed to every program as its last argument (None: none)
     init = None
     if start.state is None:
         init_fn = jax.jit(
             population_initializer(program),
-            in_shardings=placement.population,
+            in_shardings=(placement.population, placement.population, _placed(shared)),
             out_shardings=placement.state,
         )
-        inputs = unplaced((placement.init_keys, placement.hparams))  # the memory check's trace
-        init = init_fn.lower(*inputs).compile()
-    population_run = program.population_run or jax.vmap(program.run, in_axes=(0, 0, None))
+        # the memory check's trace
+        inputs = unplaced((placement.init_keys, placement.hparams, program.shared))
+        init = _with_shared(init_fn.lower(*inputs).compile(), shared)
     # The state a chunk reads is donated: each chunk's state is the last one's output, saved
     # (synchronously) before the next chunk takes it, and never read again, so its buffers
     # hold the new state instead of a second copy of it on the device.
     run_fn = jax.jit(
-        population_run,
+        population_runner(program),
         static_argnums=2,
         out_shardings=(placement.state, placement.population),
         donate_argnums=0,
     )
     chunks = {
-        k: run_fn.lower(placement.placed, placement.hparams, k).compile() for k in set(lengths)
+        k: _with_shared(
+            run_fn.lower(placement.placed, placement.hparams, k, shared).compile(), shared
+        )
+        for k in set(lengths)
     }
-
-    def evaluate_population(state, key_data):
-        return jax.vmap(program.evaluate)(state, jax.random.wrap_key_data(key_data))
-
     # Compiled now too: after compile_run nothing the run calls is compiled any more (the
     # processes of a multi-process run meet once, after it, before their first collective).
-    evaluate = jax.jit(evaluate_population).lower(placement.placed, placement.eval_keys).compile()
-    seconds = time.perf_counter() - t0
-    if setup.folder.owner:
-        print(f" {seconds:.1f} s", flush=True)
-    return Compiled(
-        init=init,
-        chunks=chunks,
-        lengths=lengths,
-        evaluate=evaluate,
-        compile_seconds=start.compile_seconds + seconds,
-    )
+    evaluate = jax.jit(population_evaluator(program))
+    evaluate = evaluate.lower(placement.placed, placement.eval_keys, shared).compile()
+    evaluate = _with_shared(evaluate, shared)
+    return Compiled(init=init, chunks=chunks, lengths=lengths, evaluate=evaluate, compile_seconds=0)
+
+
+def _placed(shared: Any) -> Any:
+    """The shardings the placed `shared` arrays already have (None: nothing)."""
+    return jax.tree.map(lambda x: x.sharding, shared)
+
+
+def _with_shared(compiled: Any, shared: Any) -> Any:
+    """A compiled program that takes `shared` as its last argument, with it given."""
+    return lambda *args: compiled(*args, shared)
 
 
 def _chunk_lengths(start: int, total: int, chunk: int, *every: int | None) -> list[int]:
@@ -210,8 +236,7 @@ def _chunk_metrics(setup: Setup, compiled: Compiled, metrics, state, done: int):
 def _save(setup: Setup, compiled: Compiled, state, metrics, done: int, wall_s: float) -> None:
     """A checkpoint after `done` iterations, with what --resume checks and continues."""
     plan = setup.plan
-    record = checkpoint.RunRecord.of_plan(
-        plan,
+    record = plan.record(
         num_devices=setup.placement.num_devices,
         iterations_done=done,
         wall_seconds=wall_s,

@@ -14,15 +14,15 @@ stages, each passing a named record (`rlax_trpo.experiment.plan`) to the next:
     plan_run       the checked inputs (`RunPlan`); nothing written, nothing started
     build          the config's `Program`, the swept names checked against it
     place          the population on the devices (`Placement`)
-    make_folder    the run folder and where it is written (`run_folder.Folder`)
+    make_folder    the run folder and where it is written (`plan.Folder`)
     restore        iteration 0, or the last checkpoint (`chunks.Start`)
-    open_folder    config.yaml and the live loggers (`run_folder`)
+    open_folder    config.yaml and the live loggers (`folder`)
     compile_run    the initialiser and one program per chunk length (`chunks.Compiled`)
     train          the chunks: metrics, loggers, checkpoints, signals, divergence
                    (`chunks.Trained`)
-    evaluate       the final evaluation, the state on the host (`run_folder.Evaluated`)
-    summarize      summary.json's figures (`run_folder`)
-    finish_folder  metrics.csv, plots, summary.json, the folder in its place (`run_folder`)
+    evaluate       the final evaluation, the state on the host (`folder.Evaluated`)
+    summarize      summary.json's figures (`folder`)
+    finish_folder  metrics.csv, plots, summary.json, the folder in its place (`folder`)
 """
 
 from __future__ import annotations
@@ -57,9 +57,9 @@ from rlax_trpo.experiment.plan import (
     Setup,
     check_memory,
     plan_run,
-    population_initializer,
     unplaced,
 )
+from rlax_trpo.experiment.population import population_initializer
 from rlax_trpo.experiment.program import make_program
 from rlax_trpo.experiment.progress import ProgressBar, StopRequest
 from rlax_trpo.platform import setup_cpu_for_run
@@ -221,7 +221,8 @@ def place(plan: RunPlan, program: Program) -> Placement:
     settings = len(plan.settings)
     init_keys = sweeplib.population_key_data(plan.seed, plan.seeds, settings)
     # Shapes without placement: the trace jax caches for the memory check and the compilation.
-    abstract = jax.eval_shape(population_initializer(program), *unplaced((init_keys, hparams)))
+    inputs = unplaced((init_keys, hparams, program.shared))
+    abstract = jax.eval_shape(population_initializer(program), *inputs)
     hparams = parallel.put(hparams, population)
     init_keys = parallel.put(init_keys, population)
     shardings = parallel.state_shardings(abstract, mesh)
@@ -238,4 +239,5 @@ def place(plan: RunPlan, program: Program) -> Placement:
         hparams=hparams,
         init_keys=init_keys,
         eval_keys=parallel.put(eval_keys, population),
+        shared=parallel.put_shared(program.shared, mesh),
     )

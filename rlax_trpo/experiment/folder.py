@@ -100,7 +100,7 @@ def open_folder(setup: Setup) -> list[Any]:
     tmp.write_text(yaml.safe_dump(config, sort_keys=False))
     os.replace(tmp, folder.out / "config.yaml")
     if plan.resume is None or plan.start_over:
-        checkpoint.save_plan(folder.out / "checkpoint", checkpoint.RunRecord.of_plan(plan))
+        checkpoint.save_plan(folder.out / "checkpoint", plan.record())
     return loggers.open_writers(
         folder.out,
         folder.out.name,

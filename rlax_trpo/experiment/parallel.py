@@ -13,6 +13,11 @@ collectives; no `pmap`, no hand-written `psum`):
   per-environment shuffles) and its means become all-reduces; with the default
   `shuffle: batch` the partitioner all-gathers the trajectory and runs the update
   replicated (docs/operations.md). Results equal a single-device run up to float rounding.
+- `"model"`: a language model's weights (`Program.shared`) and the population's state are split
+  over a mesh `("model",)` along their largest axis the device count divides
+  (`model_sharding`), so a model too large for one device runs on several; the compiler
+  gathers each layer's weights where it is used. Results equal a single-device run up to
+  float rounding.
 
 Multi-host: call `initialize_distributed` (a thin wrapper of `jax.distributed.initialize`)
 in every process before anything else touches JAX; `jax.devices()` then lists the devices
@@ -37,7 +42,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rlax_trpo.errors import ConfigError
 
-LAYOUTS = ("population", "envs")
+LAYOUTS = ("population", "envs", "model")
 # TrainState fields whose arrays have the environment axis right after the population axis.
 ENV_AXIS_FIELDS = ("env_state", "obs", "episode", "return_acc", "memory", "first")
 
@@ -89,6 +94,12 @@ def choose_num_devices(
     available = jax.device_count()
     if layout == "envs" and num_envs is None:
         raise ConfigError("--shard envs: this run has no environment axis to split")
+    if layout == "model":  # any count: an array no count divides stays whole on every device
+        if requested is not None and not 1 <= requested <= available:
+            raise ConfigError(
+                f"--devices: {requested} is not between 1 and the {available} device(s) available"
+            )
+        return available if requested is None else requested
     size, what = (
         (population, "the population (settings x seeds)")
         if layout == "population"
@@ -119,9 +130,10 @@ def describe_devices() -> dict[str, Any]:
 
 
 def make_mesh(num_devices: int, layout: str) -> Mesh:
-    """A 1-D mesh over the first `num_devices` devices, axis `pop` or `env`."""
+    """A 1-D mesh over the first `num_devices` devices, axis `pop`, `env` or `model`."""
     devices = np.asarray(jax.devices()[:num_devices])
-    return Mesh(devices, ("pop",) if layout == "population" else ("env",))
+    axis = {"population": "pop", "envs": "env", "model": "model"}[layout]
+    return Mesh(devices, (axis,))
 
 
 def population_sharding(mesh: Mesh) -> NamedSharding:
@@ -140,11 +152,40 @@ def state_shardings(state: Any, mesh: Mesh) -> Any:
     """
     if "pop" in mesh.axis_names:
         return jax.tree.map(lambda _: NamedSharding(mesh, PartitionSpec("pop")), state)
+    if "model" in mesh.axis_names:
+        return jax.tree.map(lambda x: model_sharding(mesh, x.shape, 1), state)
     replicated = NamedSharding(mesh, PartitionSpec())
     env_split = NamedSharding(mesh, PartitionSpec(None, "env"))
     shardings = jax.tree.map(lambda _: replicated, state)
     updates = {f: jax.tree.map(lambda _: env_split, getattr(state, f)) for f in ENV_AXIS_FIELDS}
     return shardings.replace(**updates)
+
+
+def model_spec(shape: tuple[int, ...], size: int, skip: int = 0) -> PartitionSpec:
+    """Model layout: an array split over `size` devices along its largest axis `size`
+    divides (its first `skip` axes excepted: the population's), else whole on every device.
+    Weight matrices are split (each device holds a share of every layer, as in fully sharded
+    data parallelism) and the compiler gathers them where they are used."""
+    axes = [i for i in range(skip, len(shape)) if shape[i] % size == 0 and shape[i] >= size]
+    if size == 1 or not axes:
+        return PartitionSpec()
+    axis = max(axes, key=lambda i: (shape[i], -i))
+    return PartitionSpec(*([None] * axis), "model")
+
+
+def model_sharding(mesh: Mesh, shape: tuple[int, ...], skip: int = 0) -> NamedSharding:
+    """`model_spec` on `mesh` (whole on every device unless the mesh is the model layout's)."""
+    if "model" not in mesh.axis_names:
+        return NamedSharding(mesh, PartitionSpec())
+    return NamedSharding(mesh, model_spec(shape, mesh.devices.size, skip))
+
+
+def put_shared(shared: Any, mesh: Mesh) -> Any:
+    """`Program.shared` on the mesh: split by `model_sharding` in the model layout, whole on
+    every device in the others (None stays None)."""
+    if shared is None:
+        return None
+    return put(shared, jax.tree.map(lambda x: model_sharding(mesh, np.shape(x)), shared))
 
 
 def put(tree: Any, sharding: Any) -> Any:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-import weakref
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -23,6 +22,8 @@ from rlax_trpo.config.checks import INT32_MAX
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.experiment import loggers, parallel
 from rlax_trpo.experiment.lock import RunLock
+from rlax_trpo.experiment.population import population_initializer
+from rlax_trpo.experiment.record import RunRecord
 from rlax_trpo.experiment.resume import plan_resume as resume_plan
 from rlax_trpo.types import Program
 
@@ -72,6 +73,20 @@ class RunPlan(NamedTuple):
     def chunk(self) -> int:  # iterations between checkpoints (the whole run when unchunked)
         return min(self.chunk_iterations or self.total, self.total)
 
+    def record(self, **step: Any) -> RunRecord:
+        """What the run folder keeps of this plan (plan.json; meta.json with a step's facts,
+        `step`, given)."""
+        return RunRecord(
+            self.config.to_dict(),
+            self.seeds,
+            self.seed,
+            self.sweep,
+            self.total,
+            self.chunk,
+            self.population,
+            **step,
+        )
+
 
 class Placement(NamedTuple):
     """The population on the devices: its inputs, sharded, and where its state lives."""
@@ -84,6 +99,7 @@ class Placement(NamedTuple):
     hparams: Any  # [population] hyperparameters
     init_keys: Any  # [population] key data of the initialisation
     eval_keys: Any  # [population] key data of the evaluations
+    shared: Any = None  # `Program.shared` on the devices (one copy for the population)
 
 
 class Folder(NamedTuple):
@@ -207,6 +223,7 @@ def check_memory(plan: RunPlan, program: Program) -> None:
     )
     abstract = _population_state(plan, program)
     state, obs = _tree_bytes(abstract), getattr(abstract, "obs", None)
+    state += _tree_bytes(unplaced(program.shared))  # one copy of what the members share
     steps = getattr(plan.config, "num_steps", 0)
     per_step = 2 * _tree_bytes(obs) + 10 * plan.population * (program.num_envs or 0)
     rollout = steps * per_step if obs is not None else 0
@@ -231,7 +248,8 @@ def _population_state(plan: RunPlan, program: Program) -> Any:
         lambda _: jax.ShapeDtypeStruct((plan.population,), np.float32), program.hparams
     )
 
-    return jax.eval_shape(population_initializer(program), key_data, hparams)
+    shared = unplaced(program.shared)
+    return jax.eval_shape(population_initializer(program), key_data, hparams, shared)
 
 
 def unplaced(tree: Any) -> Any:
@@ -239,23 +257,6 @@ def unplaced(tree: Any) -> Any:
     traced with (once, cached by jax) for the memory check, the placement and compilation."""
     dtype = lambda x: x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), dtype(x)), tree)
-
-
-_INITIALIZERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def population_initializer(program: Program):
-    """`init_population(key_data [population, ...], hp [population]) -> state`: `init`
-    vmapped (the compiled program keeps that name). One function per `program.init`, so that
-    jax traces it once for the memory check, the state's shardings and the compilation."""
-    found = _INITIALIZERS.get(program.init)
-    if found is None:
-
-        def init_population(key_data, hp):
-            return jax.vmap(program.init)(jax.random.wrap_key_data(key_data), hp)
-
-        found = _INITIALIZERS[program.init] = init_population
-    return found
 
 
 def _tree_bytes(tree: Any) -> int:

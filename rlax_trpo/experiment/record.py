@@ -27,7 +27,6 @@ from rlax_trpo.errors import ConfigError
 
 if TYPE_CHECKING:
     from rlax_trpo.config.sweep import Sweep
-    from rlax_trpo.experiment import RunPlan
 
 FORMAT_VERSION = 2  # what this release writes
 READ_VERSIONS = (1, 2)  # what it reads
@@ -68,20 +67,6 @@ class RunRecord:
     iterations_done: int = 0
     wall_seconds: float = 0.0
     compile_seconds: float = 0.0
-
-    @classmethod
-    def of_plan(cls, plan: RunPlan, **step: Any) -> RunRecord:
-        """The record of the run `plan` (`experiment.RunPlan`), with a step's facts if given."""
-        return cls(
-            plan.config.to_dict(),
-            plan.seeds,
-            plan.seed,
-            plan.sweep,
-            plan.total,
-            plan.chunk,
-            plan.population,
-            **step,
-        )
 
     def to_dict(self, keys: tuple[str, ...] = STEP_KEYS) -> dict[str, Any]:
         """`format_version` and `keys`, as plain JSON values: what the files hold."""

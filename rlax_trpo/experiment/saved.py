@@ -22,6 +22,8 @@ from rlax_trpo.errors import ConfigError, UsageError
 from rlax_trpo.evaluate import render_gif
 from rlax_trpo.experiment import checkpoint
 from rlax_trpo.experiment.lock import RunLock
+from rlax_trpo.experiment.plan import unplaced
+from rlax_trpo.experiment.population import population_evaluator, population_initializer
 from rlax_trpo.experiment.program import make_program
 from rlax_trpo.experiment.resume import saved_config
 from rlax_trpo.policy import Policy, member_policy
@@ -56,11 +58,8 @@ class SavedRun:
         self.program = make_program(self.config)
         hps = sweeplib.population_hparams(self.program.hparams, self.sweep, self.seeds)
         key_data = sweeplib.population_key_data(0, self.seeds, len(self.settings))
-        abstract = jax.eval_shape(
-            lambda kd, hp: jax.vmap(self.program.init)(jax.random.wrap_key_data(kd), hp),
-            key_data,
-            hps,
-        )
+        shared = unplaced(self.program.shared)
+        abstract = jax.eval_shape(population_initializer(self.program), key_data, hps, shared)
         self.state, _, self.record = checkpoint.restore_step(ckpt, abstract, step)
         # A control algorithm has a training loop to act with; a language-model run does not.
         self.trainer = make_trainer(self.config) if self.config.spec.make is not None else None
@@ -173,8 +172,8 @@ def evaluate_run(
     run = SavedRun(run_dir)
     keys = run.member_keys(seed)
     if run.trainer is None:
-        fn = jax.jit(jax.vmap(run.program.evaluate))
-        greedy = fn(run.state, jax.random.wrap_key_data(keys))
+        fn = jax.jit(population_evaluator(run.program))
+        greedy = fn(run.state, keys, run.program.shared)
         return RunEvaluation(run, np.asarray(greedy), None)
     greedy, sampling = [], []
     for member in range(run.population):
@@ -223,6 +222,34 @@ def best_member(ev: RunEvaluation) -> int:
     return int(np.argmax(per_setting)) * ev.seeds
 
 
+def export_pretrained(run: SavedRun, member: int, out: Path) -> Path:
+    """Write member `member` of a pretrained model's run as a Hugging Face folder that
+    transformers loads (LoRA merged into the weights), with the checkpoint's tokenizer
+    files; written beside `out` and renamed into place, so nothing is half written."""
+    import shutil
+
+    from rlax_trpo.lm.hf.checkpoint import save_pretrained
+    from rlax_trpo.lm.policy import combine
+    from rlax_trpo.lm.pretrained_program import load_model
+
+    if run.config.to_dict().get("model_path") is None:
+        raise UsageError("--export: only a pretrained model's run (model_path) is exported")
+    out = Path(out)
+    if out.exists():
+        raise UsageError(f"--export: {str(out)!r} exists")
+    pretrained = load_model(run.config)
+    trained = jax.tree.map(lambda x: np.asarray(x)[member], run.state.grpo.params)
+    lora = run.config.lora is not None
+    variables = combine(pretrained.params, trained) if lora else trained
+    files = ("tokenizer.json", "tokenizer_config.json", "generation_config.json")
+    extra = {n: pretrained.folder / n for n in files if (pretrained.folder / n).is_file()}
+    partial = out.with_name(f".{out.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    save_pretrained(variables, pretrained.config, partial, extra_files=extra)  # adapters merged
+    partial.rename(out)
+    return out
+
+
 def eval_command(args: argparse.Namespace) -> int:
     """`rlax-trpo eval` from its parsed options: every member evaluated (greedy and
     sampling), the lines printed, and with `--gif` one greedy episode rendered."""
@@ -239,6 +266,10 @@ def eval_command(args: argparse.Namespace) -> int:
     if args.member is not None and not 0 <= args.member < population:
         raise UsageError(f"--member: must be between 0 and {population - 1} (got {args.member})")
     print(format_evaluation(ev, args.run))
+    if args.export is not None:
+        member = 0 if args.member is None else args.member
+        folder = export_pretrained(ev.run, member, args.export)
+        print(f"member {member} as a Hugging Face folder: {folder}")
     if gif is not None:
         member = best_member(ev) if args.member is None else args.member
         frames = render_member(ev, member, gif, args.seed, args.max_steps)
