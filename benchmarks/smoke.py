@@ -83,6 +83,21 @@ SMOKE = {
         [PY, "benchmarks/lapack_one_device.py", "--processes", "1", "--envs", "2", "--steps", "2"],
         ("mujoco_playground",),
     ),
+    "lm_throughput.py": (
+        [PY, "benchmarks/lm_throughput.py", "--tiny", "--json", "{out}/lm_throughput.json"],
+        ("torch", "transformers", "trl", "datasets"),
+    ),
+    "first_run.py": (
+        [PY, "benchmarks/first_run.py", "--repeats", "1", "total_env_steps=4096"],
+        (),
+    ),
+    "lm_word_problems.py": (
+        [PY, "benchmarks/lm_word_problems.py", "--out", "{out}", "--steps", "4", "--seeds",
+         "1000", "--no-full", "--json", "{out}/lm_word_problems.json", "num_iterations=2",
+         "eval_every=2", "eval_size=8", "num_prompts=2", "group_size=2", "max_new_tokens=8",
+         "--tiny-lm", "--width", "32", "--layers", "1", "--vocab-size", "300"],
+        (),
+    ),
     "pbt_vs_grid.py": (
         [PY, "benchmarks/pbt_vs_grid.py", "--population", "2", "--repeats", "1", "--ready", "2",
          "--json", "{out}/pbt.json", "--plot", "{out}/pbt.png", *TINY_RUN],

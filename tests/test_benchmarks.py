@@ -121,3 +121,77 @@ def test_kernel_launches_of_a_compiled_scan_grow_with_its_length():
 
     short, long, longer = launches(10), launches(20), launches(30)
     assert long - short == longer - long > 0  # the body's launches, times 10 more trips
+
+
+def test_the_word_problem_table_of_lm_results_is_the_benchmarks_json():
+    """docs/lm_results.md's GRPO-on-a-CPU table (and its row in docs/results.md) is
+    benchmarks/results/lm_word_problems_2core.json (benchmarks/lm_word_problems.py writes it),
+    row for row, with its date, jax and command."""
+    import json
+
+    result = json.loads((ROOT / "benchmarks/results/lm_word_problems_2core.json").read_text())
+    doc = (ROOT / "docs/lm_results.md").read_text()
+    rows = [("LoRA", r) for r in result["lora"]] + [
+        ("full fine-tuning", result["full_fine_tuning"])
+    ]
+    for kind, r in rows:
+        line = (
+            f"| {kind} | {r['seed']} | {r['initial_accuracy']:.3f} | {r['final_accuracy']:.3f} "
+            f"| {r['gain']:+.3f} | {r['wall_seconds_process'] / 60:.1f} min |"
+        )
+        assert line in doc, line
+        assert r["iterations"] == 300 and r["eval_size"] == 500 and r["seed"] >= 1000
+    assert f"({result['date']}, " in doc and f"jax {result['jax']})" in doc
+    assert result["command"].removeprefix("python ").split()[0] in doc
+    lora_gains = sorted(r["gain"] for r in result["lora"])
+    assert f"by {lora_gains[0]:.2f} to {lora_gains[-1]:.2f} with LoRA" in doc
+    made = result["model"]["made"]  # the model's own record, tiny_lm.json
+    assert f"{made['supervised_steps']:,} supervised steps (in {made['seconds']:.0f} s)" in doc
+    ends = " / ".join(f"{r['final_accuracy']:.3f}" for r in result["lora"])
+    start = result["lora"][0]["initial_accuracy"]
+    assert f"accuracy {start:.3f} -> {ends} |" in (ROOT / "docs/results.md").read_text()
+    guide = (ROOT / "docs/lm.md").read_text()
+    assert f"# {made['seconds'] / 60:.0f} minutes on 2 cores" in guide
+
+
+def test_committed_results_name_no_absolute_path_of_the_machine_that_made_them():
+    """Results and logs name paths relative to the checkout, or by a variable ($TMP, $VENV),
+    never the directories of the machine that wrote them."""
+    import re
+
+    machine_path = re.compile(r"(^|[^\w.$~])/(tmp|home|work|root|check|opt|Users)/")
+    found = []
+    for folder in (ROOT / "benchmarks" / "results",):
+        for path in sorted(folder.rglob("*")):
+            if not path.is_file():
+                continue
+            try:
+                text = path.read_text()
+            except UnicodeDecodeError:
+                continue
+            for number, line in enumerate(text.splitlines(), 1):
+                if machine_path.search(line):
+                    found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:120]}")
+    assert not found, "\n".join(found[:20])
+
+
+def test_the_readmes_sb3_contrib_figures_are_its_json():
+    import json
+
+    data = json.loads((ROOT / "benchmarks/results/trpo_vs_sb3_2core.json").read_text())
+    ours, many, sb3 = data["ours_1_seed"], data["ours_8_seeds"], data["sb3_contrib"]
+    per_step = sb3["wall_seconds"] / sb3["env_steps"]  # sb3 on our number of steps
+    whole_1 = (
+        per_step * ours["env_steps_per_seed"] / (ours["wall_seconds"] + ours["compile_seconds"])
+    )
+    whole_8 = (
+        per_step * many["env_steps_per_seed"] * 8 / (many["wall_seconds"] + many["compile_seconds"])
+    )
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    said = (
+        f"TRPO trains CartPole {whole_1:.1f}x faster than sb3-contrib's with one seed counting "
+        f"compilation ({ours['wall_seconds'] + ours['compile_seconds']:.1f} s against "
+        f"{sb3['wall_seconds']:.1f} s; {data['speedup_1_seed']:.1f}x after it) and "
+        f"{whole_8:.1f}x with 8 seeds ({data['speedup_8_seeds']:.1f}x after it;"
+    )
+    assert said in readme, said

@@ -4,7 +4,7 @@
 # CUDA graphs too (XLA_FLAGS applies to both programs alike). Run from the checkout's root.
 set -u
 export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p $OUT
+OUT=${OUT:-$TMP/out}; mkdir -p $OUT
 python3 -m pip install -q --no-index --no-deps wheelhouse/*.whl 2>&1 | tail -n 2
 P=wheelhouse/purejaxrl/ppo.py
 CB=""

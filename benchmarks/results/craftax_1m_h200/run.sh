@@ -32,12 +32,12 @@ done
 date -u
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
 if [ -d wheelhouse ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+    python3 -m pip install -q --no-index --no-deps --no-compile --target $TMP/site \
         wheelhouse/*.whl 2>&1 | tail -2
-    export PYTHONPATH=$PWD:/tmp/site
+    export PYTHONPATH=$PWD:$TMP/site
 fi
-OUT=${OUT:-/tmp/out}
-RUNS=${RUNS:-/tmp/craftax_runs}
+OUT=${OUT:-$TMP/out}
+RUNS=${RUNS:-$TMP/craftax_runs}
 DEADLINE=${DEADLINE:-520}
 mkdir -p "$OUT"
 # The settings every member shares; a swept setting is never also one of these.
@@ -101,10 +101,10 @@ wait
 grep -h "^== " "$OUT"/*.log
 tar czf "$OUT/runs.tgz" -C "$RUNS" $(cd "$RUNS" && ls -d */craftax*/*/metrics.csv */craftax*/*/config.yaml 2>/dev/null)
 if [ -d "$JAX_COMPILATION_CACHE_DIR" ]; then
-    tar czf /tmp/compile_cache.tgz -C "$(dirname "$JAX_COMPILATION_CACHE_DIR")" \
+    tar czf $TMP/compile_cache.tgz -C "$(dirname "$JAX_COMPILATION_CACHE_DIR")" \
         "$(basename "$JAX_COMPILATION_CACHE_DIR")"
-    size=$(stat -c %s /tmp/compile_cache.tgz)
+    size=$(stat -c %s $TMP/compile_cache.tgz)
     echo "compile cache: $((size / 1024 / 1024)) MB packed"
-    [ "$size" -lt $((16 * 1024 * 1024)) ] && mv /tmp/compile_cache.tgz "$OUT/"
+    [ "$size" -lt $((16 * 1024 * 1024)) ] && mv $TMP/compile_cache.tgz "$OUT/"
 fi
 date -u

@@ -9,11 +9,11 @@ python3 -m pip install -q --no-index --no-deps --no-compile wheelhouse/*.whl 2>&
 export PYTHONPATH=$PWD
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > $OUT/nvidia_smi.csv
 nproc
-python3 benchmarks/gpu_suite.py /tmp/fast --steps env tests --workers 12 --deadline $D > $OUT/fast.out 2>&1 &
-python3 benchmarks/gpu_suite.py /tmp/slow --steps learning --workers 3 --deadline $D > $OUT/slow.out 2>&1 &
+python3 benchmarks/gpu_suite.py $TMP/fast --steps env tests --workers 12 --deadline $D > $OUT/fast.out 2>&1 &
+python3 benchmarks/gpu_suite.py $TMP/slow --steps learning --workers 3 --deadline $D > $OUT/slow.out 2>&1 &
 wait
-cp /tmp/fast/suite.json $OUT/suite_tests.json; cp /tmp/slow/suite.json $OUT/suite_learning.json
-tar czf $OUT/logs.tgz -C /tmp fast/logs fast/steps slow/logs slow/steps
-for f in /tmp/fast/logs/tests.log /tmp/slow/logs/learning.log; do
+cp $TMP/fast/suite.json $OUT/suite_tests.json; cp $TMP/slow/suite.json $OUT/suite_learning.json
+tar czf $OUT/logs.tgz -C $TMP fast/logs fast/steps slow/logs slow/steps
+for f in $TMP/fast/logs/tests.log $TMP/slow/logs/learning.log; do
   echo "== $f"; grep -E " (FAILED|ERROR) |^(FAILED|ERROR) " $f | sort -u | head -40; tail -2 $f
 done

@@ -6,7 +6,7 @@ START=$(date +%s)
 python3 -m pip install -q --no-index --no-deps --no-compile wheelhouse/*.whl 2>&1 | tail -3
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv > $OUT/nvidia_smi.csv
 python3 -c "import jax; print(jax.__version__, jax.devices())" 2>&1 | tail -1
-export JAX_COMPILATION_CACHE_DIR=/tmp/jcc JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
+export JAX_COMPILATION_CACHE_DIR=$TMP/jcc JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
 PJ=wheelhouse/purejaxrl/ppo.py
 run() { # name limit args...
   local name=$1 limit=$2; shift 2
