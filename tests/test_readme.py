@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from rlax_trpo.cli import build_configs_parser, build_eval_parser, build_parser
+from rlax_trpo.cli.parsers import build_tiny_lm_parser
 from rlax_trpo.config import Config, ControlFields
 
 try:  # `rlax-trpo report`'s parser lives beside the report code
@@ -105,7 +106,13 @@ def test_the_table_check_notices_a_wrong_default():
 
 
 def test_every_command_line_option_is_documented():
-    parsers = (build_parser(), build_eval_parser(), build_configs_parser(), build_report_parser())
+    parsers = (
+        build_parser(),
+        build_eval_parser(),
+        build_configs_parser(),
+        build_report_parser(),
+        build_tiny_lm_parser(),
+    )
     for parser in parsers:
         for action in parser._actions:
             for flag in action.option_strings:
@@ -144,6 +151,18 @@ def test_the_link_check_notices_a_missing_anchor():
 def test_the_readme_is_a_front_page():
     assert len(README.splitlines()) <= 200
     assert "](docs/README.md)" in README, "the README links the docs index"
+
+
+def test_the_guides_are_guides_and_the_studies_hold_the_lab():
+    # the user docs stay short enough to read; experiment records go to studies/
+    pages = {p.name: len(p.read_text().splitlines()) for p in DOCS.glob("*.md")}
+    assert sum(pages.values()) <= 2500, pages
+    assert pages["results.md"] <= 200
+    studies = sorted((ROOT / "studies").glob("*/README.md"))
+    assert studies, "studies/<question>/README.md"
+    index = (ROOT / "studies" / "README.md").read_text()
+    for study in studies:
+        assert f"{study.parent.name}/README.md" in index, f"studies/README.md: {study.parent.name}"
 
 
 def test_the_docs_index_names_every_page():
