@@ -64,11 +64,13 @@ def cpu_only_calls(text: str) -> list[str]:
 
 
 def load(name: str, model_path=None):
-    """A bundled config; a pretrained model's reads `model_path` (a small random folder)."""
+    """A bundled config; a pretrained model's reads `model_path` (a small random folder, or a
+    callable that makes one, called only for such a config)."""
     from rlax_trpo.config import load_config
 
-    pretrained = yaml.safe_load(find_config(name).read_text()).get("model_path")
-    return load_config(name, [f"model_path={model_path}"] if pretrained else [])
+    if not yaml.safe_load(find_config(name).read_text()).get("model_path"):
+        return load_config(name)
+    return load_config(name, [f"model_path={model_path() if callable(model_path) else model_path}"])
 
 
 def lowered_programs(
@@ -135,11 +137,12 @@ def lapack_calls(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("name", _params())
-def test_bundled_config_lowers_without_lapack_and_for_gpu_and_tpu(name, tiny_lm_folder):
+def test_bundled_config_lowers_without_lapack_and_for_gpu_and_tpu(name, request):
     assert TWINS.get(name) in (None, *bundled_config_names())
     # every algorithm, the MLP, CNN and memory networks, Categorical and Gaussian policies,
-    # physics, Jumanji, Craftax, the tiny language model and a pretrained one
-    config = load(name, tiny_lm_folder)
+    # physics, Jumanji, Craftax, the tiny language model and a pretrained one (only that one
+    # needs `tokenizers` for its small random folder)
+    config = load(name, lambda: request.getfixturevalue("tiny_lm_folder"))
     lowered = lowered_programs(make_program(config), platforms=(("cpu",), PLATFORMS))
     for part, text in lowered[("cpu",)].items():
         assert "func.func public @main" in text, f"{name} {part}: no main function"
