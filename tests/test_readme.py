@@ -201,6 +201,22 @@ def test_the_two_commands():
     assert TEST_COMMAND in (ROOT / ".ci/run").read_text().splitlines()  # CI runs it as given
 
 
+def test_the_suites_size_and_time_are_its_files():
+    # "N tests in A to B min ... on <date>, ... `benchmarks/results/ci_time_2core/`": the test
+    # count and the fastest and slowest wall times of that date's suite files.
+    sentence = " ".join(README.split("Run the tests (", 1)[1].split("):", 1)[0].split())
+    found = re.search(r"([\d,]+) tests in (\d+) to (\d+) min .*?(\d{4}-\d\d-\d\d)", sentence)
+    assert found, sentence
+    runs = [
+        json.loads(p.read_text())
+        for p in (ROOT / "benchmarks/results/ci_time_2core").glob("*.json")
+    ]
+    runs = [r for r in runs if r.get("date") == found[4] and "suite_wall_s" in r]
+    walls = sorted(r["suite_wall_s"] / 60 for r in runs)
+    assert len(runs) >= 2 and (int(found[2]), int(found[3])) == (round(walls[0]), round(walls[-1]))
+    assert int(found[1].replace(",", "")) == max(r["suite_tests"] for r in runs)
+
+
 def _python_block(heading: str) -> str:
     section = README.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
     return re.search(r"```python\n(.*?)```", section, re.S)[1]
