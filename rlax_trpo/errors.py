@@ -1,6 +1,9 @@
 """Exceptions raised for bad user input; the CLI prints them on one line and exits 2."""
 
+import contextlib
+import contextvars
 import re
+from collections.abc import Iterator
 
 # What the distributed runtime writes when a peer or the coordinator is gone.
 PEER_FAILURE = re.compile(
@@ -8,6 +11,32 @@ PEER_FAILURE = re.compile(
     r"Connection reset by peer|Connection closed by peer|Socket closed|heartbeat|\bbarrier\b",
     re.IGNORECASE,
 )
+
+
+# Whether messages name a run's arguments as the command line's options (`--seeds`) or as
+# `rlax_trpo.run`'s keyword arguments (`seeds`): the command line sets it for its own calls.
+_OPTION_NAMES = contextvars.ContextVar("rlax_trpo_option_names", default=False)
+
+
+def arg(name: str) -> str:
+    """A run's argument `name` (`seeds`, `chunk_iterations`) as its caller wrote it: the
+    option `--chunk-iterations` under the command line, else the keyword `chunk_iterations`."""
+    return "--" + name.replace("_", "-") if _OPTION_NAMES.get() else name
+
+
+def arg_value(name: str, value: object) -> str:
+    """`--resume runs/x` under the command line, else `resume='runs/x'`."""
+    return f"{arg(name)} {value}" if _OPTION_NAMES.get() else f"{name}={str(value)!r}"
+
+
+@contextlib.contextmanager
+def option_names() -> Iterator[None]:
+    """Within it, messages name the command line's options (`arg`)."""
+    token = _OPTION_NAMES.set(True)
+    try:
+        yield
+    finally:
+        _OPTION_NAMES.reset(token)
 
 
 class ConfigError(ValueError):

@@ -523,6 +523,11 @@ def test_an_unfinished_run_is_skipped_with_a_note(tmp_path, capsys):
     code, stdout, err = _report([going, "--out", tmp_path / "none"], capsys)
     assert code == 2 and stdout == "" and len(err.splitlines()) == 1, err
     assert err.startswith(f"error: no finished run to report: {going}: skipped, an unfinished")
+    (going / "checkpoint" / "config.yaml").write_text("algorithm: ppo\n")  # as a run keeps it
+    code, stdout, err = _report([going / "checkpoint", "--out", tmp_path / "none"], capsys)
+    assert code == 2 and err == (
+        f"error: {going / 'checkpoint'}: inside the run folder {going}; give the run folder\n"
+    ), err
 
 
 @needs_rliable

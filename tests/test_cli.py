@@ -37,7 +37,7 @@ SUMMARY_KEYS = {
 }
 
 
-def test_run_folder(tmp_path, capsys):
+def test_run_folder(tmp_path, capsys, monkeypatch):
     out = tmp_path / "run"
     code = train.main(
         [
@@ -87,6 +87,24 @@ def test_run_folder(tmp_path, capsys):
     restored = checkpoint.restore(out / "checkpoint", target)
     assert int(restored.iteration[0]) == 10
     assert jax.tree.structure(restored) == jax.tree.structure(target)
+
+    # eval's mistakes that need no compilation are refused before any: a member out of range,
+    # the run's checkpoint folder given for the run folder
+    from rlax_trpo.experiment import saved
+
+    def no_evaluation(*args, **kwargs):
+        raise AssertionError("evaluated (compiled) before refusing")
+
+    monkeypatch.setattr(saved, "evaluate_run", no_evaluation)
+    capsys.readouterr()
+    assert train.main(["eval", "--run", str(out), "--member", "2"]) == 2
+    assert capsys.readouterr().err == "error: --member: must be between 0 and 1 (got 2)\n"
+    assert train.main(["eval", "--run", str(out / "checkpoint")]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: --run: {str(out / 'checkpoint')!r} is inside the run folder {str(out)!r}; "
+        f"give --run {out}\n"
+    )
 
 
 DIVERGE = {  # algorithm -> (extra settings, the iteration whose rollout holds step 40)

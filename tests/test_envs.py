@@ -17,23 +17,29 @@ from rlax_trpo.errors import ConfigError
 from rlax_trpo.normalization import RunningMeanStd
 
 
-def test_unknown_env_lists_valid_names_by_suite():
+def test_unknown_env_is_one_line_and_the_names_are_listed_on_request():
+    """An unknown name: one line with the nearest valid name and the listing command;
+    `rlax-trpo configs --envs` lists every suite's names, a paragraph each."""
+    from rlax_trpo.envs.registry import env_listing
+
     with pytest.raises(ConfigError) as err:
         check_env_name("CartPole-v0")
-    first, *rest = str(err.value).splitlines()
-    assert first == (
-        "env: unknown environment 'CartPole-v0' (did you mean 'CartPole-v1'?); "
-        "valid names by suite:"
+    assert str(err.value) == (
+        "env: unknown environment 'CartPole-v0' (did you mean 'CartPole-v1'? "
+        "`rlax-trpo configs --envs` lists them all)"
     )
-    assert rest[0].startswith("  gymnax (no prefix): CartPole-v1, Pendulum-v1,")
+    with pytest.raises(ConfigError, match=r"'Zzzz-v9' \(`rlax-trpo configs --envs` lists"):
+        check_env_name("Zzzz-v9")
+    rest = env_listing().splitlines()
+    assert rest[0].startswith("gymnax (no prefix): CartPole-v1, Pendulum-v1,")
     # (other tests in the same process may have registered more environments after it)
-    assert any(line.startswith("  registered: MaxDigit-qa") for line in rest), rest
-    assert all(len(line) <= 100 and line.startswith("  ") for line in rest)
+    assert any(line.startswith("registered: MaxDigit-qa") for line in rest), rest
+    assert all(len(line) <= 100 for line in rest)
     listed = " ".join(rest)
     assert "Breakout-MinAtar" in listed
     assert len(rest) < 30  # a few lines per suite, not one line per name
     for suite in ("brax", "playground", "jumanji"):
-        assert (f"  {suite}/: " in listed) == bool(importlib.util.find_spec(suite_modules[suite]))
+        assert (f"{suite}/: " in listed) == bool(importlib.util.find_spec(suite_modules[suite]))
 
 
 suite_modules = {"brax": "brax", "playground": "mujoco_playground", "jumanji": "jumanji"}

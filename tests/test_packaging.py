@@ -95,12 +95,22 @@ def test_the_command_finds_its_configs_from_an_empty_directory(tmp_path):
 
     listed = rlax_trpo("configs")
     assert listed.returncode == 0 and "trpo_cartpole" in listed.stdout
+    rows = {line.split()[0]: line.split() for line in listed.stdout.splitlines()[1:]}
+    assert rows["ppo_cartpole"][1:4] == ["ppo", "CartPole-v1", "200k"]  # algorithm, env, budget
+    assert rows["trpo_minatar"][3:5] == ["10M", "steps"] and "TRPO on MinAtar" in listed.stdout
+    assert rows["grpo_lm_sort"][3:5] == ["200", "iterations"]
+    envs = rlax_trpo("configs", "--envs")
+    assert envs.returncode == 0 and envs.stdout.startswith("gymnax (no prefix): CartPole-v1,")
     shown = rlax_trpo("configs", "--show", "trpo_cartpole")  # found by name, not as a file
     assert shown.returncode == 0 and "algorithm: trpo" in shown.stdout, shown.stderr[-2000:]
     unknown = rlax_trpo("train", "--config", "ppo_cartpol")
     assert unknown.returncode == 2
-    assert unknown.stderr.startswith("error: config 'ppo_cartpol' is neither a file nor")
-    assert "ppo_cartpole" in unknown.stderr and len(unknown.stderr.splitlines()) == 1
+    assert unknown.stderr == (
+        "error: config 'ppo_cartpol': no bundled config of that name (did you mean "
+        "ppo_cartpole? `rlax-trpo configs` lists the bundled ones)\n"
+    )
+    mistyped = rlax_trpo("trian")
+    assert mistyped.returncode == 2 and mistyped.stderr.startswith("error: 'trian': no such co")
 
 
 def test_license_citation_and_changelog():

@@ -84,6 +84,7 @@ def test_interrupt_then_resume_equals_uninterrupted(uninterrupted, tmp_path, sig
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 128 + sig, err
     assert f"interrupted by {sig.name}" in err and "--resume" in err
+    assert "" not in err.splitlines(), err  # no bar (--no-progress) to end: no empty line
     assert 2 <= checkpoint.read_record(out / "checkpoint").iterations_done < 8
     assert not (out / "summary.json").exists()
 

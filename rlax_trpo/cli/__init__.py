@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None, prog: str = "rlax-trpo") -> int:
         print(main_help(f"python {prog}" if prog.endswith(".py") else prog), end="")
         return 0
     command, rest = (argv[0], argv[1:]) if argv[:1] and argv[0] in COMMANDS else ("train", argv)
+    if argv and argv[0] not in COMMANDS and _misspelt_command(argv[0]):
+        return _failed(UsageError(_misspelt_command(argv[0])), 2)
     mains = {
         "eval": eval_main,
         "configs": configs_main,
@@ -105,6 +107,19 @@ def main(argv: list[str] | None = None, prog: str = "rlax-trpo") -> int:
         return _failed(err, 2)
     except RunFailed as err:
         return _failed(err, err.status)
+
+
+def _misspelt_command(word: str) -> str | None:
+    """The line for a first word that is neither an option nor `key=value` and is close to a
+    command's name (`trian`); None for anything else."""
+    import difflib
+
+    if word.startswith("-") or "=" in word:
+        return None
+    close = difflib.get_close_matches(word, list(COMMANDS), n=1, cutoff=0.6)
+    if not close:
+        return None
+    return f"{word!r}: no such command (did you mean {close[0]}? `rlax-trpo --help` lists them)"
 
 
 def _failed(err: Exception, status: int) -> int:

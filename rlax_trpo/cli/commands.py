@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from rlax_trpo.cli.parsers import Parser, build_configs_parser, build_eval_parser, build_parser
-from rlax_trpo.errors import UsageError
+from rlax_trpo.errors import UsageError, option_names
 from rlax_trpo.experiment import compile_cache, peers, runlog
 
 
@@ -33,7 +33,8 @@ def train_main(argv: list[str], prog: str = "rlax-trpo train", process: bool = F
     if multi_host and not peers.in_supervised_child():  # the runtime's aborts become one line
         return peers.supervise(argv, prog, args.process_id, args.resume or args.out)
     with runlog.quiet_libraries(not args.verbose, to_the_end=process):  # in <run>/run.log
-        return _train(args, prog, multi_host)
+        with option_names():  # messages name --seeds, --resume, not run()'s keywords
+            return _train(args, prog, multi_host)
 
 
 def _train(args: argparse.Namespace, prog: str, multi_host: bool) -> int:
@@ -120,9 +121,19 @@ def eval_main(argv: list[str], prog: str = "rlax-trpo eval") -> int:
 
 
 def configs_main(argv: list[str], prog: str = "rlax-trpo configs") -> int:
-    """`configs`: the bundled configurations, one per line with algorithm and environment;
-    `configs --show NAME [key=value ...]`: one configuration resolved, as YAML."""
+    """`configs`: the bundled configurations, one per line with algorithm, environment,
+    budget and description; `configs --show NAME [key=value ...]`: one configuration
+    resolved, as YAML; `configs --envs`: the valid environment names."""
     args = build_configs_parser(prog).parse_intermixed_args(argv)
+    if args.envs:
+        if args.show is not None or args.overrides:
+            raise UsageError("configs: --envs lists environments; it takes no --show or overrides")
+        from rlax_trpo.config.plugins import load_plugins
+        from rlax_trpo.envs.registry import env_listing
+
+        load_plugins(args.imports)  # a plugin's own environments are listed too
+        print(env_listing(), end="")
+        return 0
     if args.show is None:
         if args.overrides or args.imports:
             raise UsageError("configs: overrides and --import need --show NAME")

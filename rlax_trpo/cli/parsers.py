@@ -17,6 +17,36 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit status 2
         raise UsageError(message)
 
+    def parse_known_args(self, args=None, namespace=None):  # noqa: ANN001, ANN201
+        if args is not None:
+            self._refuse_repeats(list(args))
+        return super().parse_known_args(args, namespace)
+
+    def _refuse_repeats(self, args: list[str]) -> None:
+        """An option of one value given twice (`--config a --config b`): argparse would keep
+        the last without a word."""
+        once = {
+            option: action
+            for action in self._actions
+            if type(action).__name__ == "_StoreAction" and action.nargs in (None, "?")
+            for option in action.option_strings
+        }
+        seen: dict[str, tuple[str, str]] = {}
+        for i, token in enumerate(args):
+            if token == "--":
+                break
+            option, sep, value = token.partition("=")
+            action = once.get(option)
+            if action is None:
+                continue
+            if not sep:
+                value = args[i + 1] if i + 1 < len(args) else ""
+            name = action.option_strings[-1]
+            if action.dest in seen:
+                first = seen[action.dest][1]
+                raise UsageError(f"{name}: given twice ({first!r} and {value!r}); give it once")
+            seen[action.dest] = (name, value)
+
 
 def build_parser(prog: str = "rlax-trpo train") -> argparse.ArgumentParser:
     p = Parser(
@@ -147,6 +177,7 @@ def build_configs_parser(prog: str = "rlax-trpo configs") -> argparse.ArgumentPa
         "file, or 'default' for the default run) with its value and where it came from: "
         "the file, an override or the default",
     )
+    add("--envs", action="store_true", help="list the valid environment names, by suite")
     add(
         "--import",
         dest="imports",

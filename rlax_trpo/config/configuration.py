@@ -178,6 +178,10 @@ def _check_keys(raw: dict, name: str, model_cls: type[BaseModel], hp_names: list
     for key in raw:
         if key not in model_cls.model_fields:
             hint = f"did you mean hp.{key}?" if key in hp_names else None
+            near = difflib.get_close_matches(str(key), fields, n=1)
+            near_hp = difflib.get_close_matches(str(key), hp_names, n=1)
+            if hint is None and not near and near_hp:  # a misspelt hyperparameter
+                hint = f"did you mean hp.{near_hp[0]}?"
             raise ConfigError(_not_read(str(key), name, fields, _readers(key, False), hint))
     hp = raw.get("hp")
     for key in hp if isinstance(hp, dict) else ():

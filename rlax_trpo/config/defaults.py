@@ -6,6 +6,7 @@ default, declared once on the field (`rlax_trpo.config`, the algorithms' section
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from rlax_trpo.errors import ConfigError
@@ -21,31 +22,56 @@ def bundled_config_names() -> list[str]:
 
 def find_config(name_or_path: str | Path) -> Path:
     """A YAML file: a path that exists, else a bundled configuration by name (with or without
-    `.yaml`), from any working directory. Unknown names raise a one-line ConfigError."""
+    `.yaml`), from any working directory. Anything else raises a one-line ConfigError: a
+    directory, a file that does not exist, or an unknown name with the nearest bundled one."""
+    import difflib
+
     path = Path(name_or_path)
     if path.is_file():
         return path
-    if path.parent == Path(".") and path.suffix in ("", ".yaml"):
-        bundled = CONFIG_DIR / f"{path.stem}.yaml"
-        if bundled.is_file():
-            return bundled
-        names = ", ".join(bundled_config_names())
-        raise ConfigError(
-            f"config {str(name_or_path)!r} is neither a file nor a bundled config ({names})"
-        )
-    raise ConfigError(f"config file {str(path)!r} does not exist")
+    if path.is_dir():
+        raise ConfigError(f"config {str(path)!r} is a directory; give a YAML file or a config name")
+    bare = path.parent == Path(".") and path.suffix in ("", ".yaml")
+    if bare and (CONFIG_DIR / f"{path.stem}.yaml").is_file():
+        return CONFIG_DIR / f"{path.stem}.yaml"
+    close = difflib.get_close_matches(path.stem, bundled_config_names(), n=1, cutoff=0.7)
+    hint = f"did you mean {close[0]}? " if close else ""
+    what = (
+        f"config {str(name_or_path)!r}: no bundled config of that name"
+        if bare and not path.suffix
+        else f"config file {str(path)!r}: no such file"
+    )
+    raise ConfigError(f"{what} ({hint}`rlax-trpo configs` lists the bundled ones)")
 
 
 def bundled_config_table() -> str:
-    """`rlax-trpo configs`: a line per bundled configuration (name, algorithm, environment
-    or task), in columns as wide as their longest entry."""
+    """`rlax-trpo configs`: a line per bundled configuration (name, algorithm, environment or
+    task, budget, and the first line of the file's own description), in columns."""
     import yaml
 
     rows = []
     for name in bundled_config_names():
-        raw = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text()) or {}
-        rows.append(
-            (name, str(raw.get("algorithm", "ppo")), str(raw.get("env", raw.get("task", ""))))
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(2)]
-    return "".join(f"{a:{widths[0]}s}  {b:{widths[1]}s}  {c}\n" for a, b, c in rows)
+        text = (CONFIG_DIR / f"{name}.yaml").read_text()
+        raw = yaml.safe_load(text) or {}
+        steps, iterations = raw.get("total_env_steps"), raw.get("num_iterations")
+        budget = f"{_short(steps)} steps" if steps else f"{iterations} iterations"
+        first = next((line for line in text.splitlines() if line.startswith("#")), "#")
+        about = re.split(r" \(|[:;]|\. ", first.lstrip("# "))[0].rstrip(",. ")
+        about = about if len(about) <= 60 else about[:59].rsplit(" ", 1)[0] + " ..."
+        task = str(raw.get("env", raw.get("task", "")))
+        rows.append((name, str(raw.get("algorithm", "ppo")), task, budget, about))
+    lines = [("name", "algorithm", "env or task", "budget", "what it is"), *rows]
+    widths = [max(len(row[i]) for row in lines) for i in range(4)]
+    return "".join(
+        "  ".join(f"{cell:{widths[i]}s}" for i, cell in enumerate(row[:4])) + f"  {row[4]}\n"
+        for row in lines
+    )
+
+
+def _short(steps: float) -> str:
+    """200000 -> 200k, 10000000 -> 10M."""
+    steps = int(steps)
+    for unit, size in (("M", 10**6), ("k", 10**3)):
+        if steps >= size and steps % (size // 10) == 0:
+            return f"{steps / size:g}{unit}"
+    return str(steps)

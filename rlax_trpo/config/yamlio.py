@@ -3,6 +3,7 @@ that is `rlax_trpo.config`'s). Every problem is a one-line ConfigError."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,9 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         if not sep or not key:
             raise ConfigError(f"override {item!r}: expected key=value (e.g. hp.learning_rate=1e-3)")
         try:
-            value = yaml.safe_load(text) if text else ""
+            value = yaml.load(text, Loader=_UniqueKeyLoader) if text else ""  # noqa: S506
+        except _DuplicateKey as err:
+            raise ConfigError(f"override {item!r}: {err}") from None
         except yaml.YAMLError:
             value = text
         if isinstance(value, str):
@@ -71,6 +74,15 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 raise _DuplicateKey(f"key {key!r} appears twice (line {line})")
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.2's floats with an exponent and no dot or no exponent sign (`1e-3`, `1.0e38`), which
+# PyYAML's YAML 1.1 rules read as strings: in a file and inside an override's mapping too.
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:

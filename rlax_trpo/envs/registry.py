@@ -111,8 +111,8 @@ def _split_name(name: str) -> tuple[str | None, str]:
 
 
 def check_env_name(name: str) -> None:
-    """Raise a ConfigError if `name` is unknown: its first line names the problem (with the
-    closest valid name), then one indented paragraph per suite lists the valid names."""
+    """Raise a one-line ConfigError if `name` is unknown, naming the closest valid name and
+    the command that lists them all (`env_listing`)."""
     prefix, rest = _split_name(name)
     if prefix is None:
         return
@@ -124,20 +124,26 @@ def check_env_name(name: str) -> None:
             f"env: {name!r} needs the {prefix} suite (pip install 'rlax_trpo[{EXTRAS[prefix]}]')"
         )
     close = difflib.get_close_matches(name, valid_env_names(), n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    lines = [f"env: unknown environment {name!r}{hint}; valid names by suite:"]
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise ConfigError(
+        f"env: unknown environment {name!r} ({hint}`rlax-trpo configs --envs` lists them all)"
+    )
+
+
+def env_listing() -> str:
+    """`rlax-trpo configs --envs`: the valid environment names, one paragraph per suite."""
+    lines = []
     for suite, names in env_names_by_suite().items():
         label = {DEFAULT_SUITE: f"{suite} (no prefix)", "": "registered"}.get(suite, f"{suite}/")
         lines.append(
             textwrap.fill(
                 f"{label}: {', '.join(names)}",
                 width=100,
-                initial_indent="  ",
                 subsequent_indent="    ",
                 break_on_hyphens=False,
             )
         )
-    raise ConfigError("\n".join(lines))
+    return "\n".join(lines) + "\n"
 
 
 def make_env(name: str, env_kwargs: dict[str, Any] | None = None, flatten: bool = True) -> Env:

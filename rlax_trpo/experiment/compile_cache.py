@@ -119,6 +119,10 @@ def _own_cache_folder(environ: Mapping[str, str]) -> bool:
     except (OSError, RuntimeError, KeyError) as err:  # Path.home() without a home: the latter
         reason = getattr(err, "strerror", None) or str(err)
         where = f" {getattr(err, 'filename', None) or ''}".rstrip()
+        if isinstance(err, (FileExistsError, NotADirectoryError)):  # a file where a folder goes
+            path = Path(err.filename or folder)
+            blocking = next((p for p in (path, *path.parents) if p.is_file()), path)
+            where, reason = f" {blocking}", "it is a file, not a folder"
         print(
             f"note: compiling without a cache (cannot write{where}: {reason}; "
             f"{COMPILE_CACHE_OPT_OUT}=0 turns the cache off)",

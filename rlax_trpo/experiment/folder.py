@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import yaml
 
-from rlax_trpo.errors import ConfigError, RunFailed
+from rlax_trpo.errors import ConfigError, RunFailed, arg, arg_value
 from rlax_trpo.experiment import checkpoint, loggers, parallel
 from rlax_trpo.experiment.chunks import Compiled, Trained
 from rlax_trpo.experiment.lock import LOCK, RunLock
@@ -51,7 +51,7 @@ def make_folder(plan: RunPlan, program: Program, owner: bool) -> Folder:
     if not owner:
         return Folder(out=out, owner=False)
     created = not out.exists()
-    flag = "--out" if plan.resume is None else "--resume"  # the option that named it
+    flag = arg("out" if plan.resume is None else "resume")  # the argument that named it
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -67,7 +67,7 @@ def make_folder(plan: RunPlan, program: Program, owner: bool) -> Folder:
     folder = Folder(out=out, owner=True, created=created, lock=lock)
     if plan.resume is None and any(p.name != LOCK for p in out.iterdir()):
         release_folder(folder, keep=True)  # another run wrote it since the plan was checked
-        raise ConfigError(f"--out: {str(out)!r} exists and is not an empty directory")
+        raise ConfigError(f"{flag}: {str(out)!r} exists and is not an empty directory")
     if plan.resume is not None:
         checkpoint.remove_leftovers(out / "checkpoint", keep=plan.keep_checkpoints)
         for left in out.glob(".*.tmp*"):
@@ -218,8 +218,9 @@ def describe_kept(folder: Folder) -> str:
     steps = checkpoint.saved_steps(folder.out / "checkpoint")
     if steps:
         last = steps[0].name
-        return f"{where} keeps its last checkpoint {last} (--resume {folder.out} continues it)"
-    return f"{where} has no checkpoint yet (--resume starts the run over)"
+        resume = arg_value("resume", folder.out)
+        return f"{where} keeps its last checkpoint {last} ({resume} continues it)"
+    return f"{where} has no checkpoint yet ({arg('resume')} starts the run over)"
 
 
 def release_folder(folder: Folder, keep: bool) -> None:

@@ -51,7 +51,8 @@ class RunLock:
         except (BlockingIOError, FileNotFoundError):
             os.close(fd)
             who = RunLock.holder(folder) or "another process"
-            advice = "choose another folder" if flag == "--out" else "it continues this run"
+            fresh = flag.lstrip("-") == "out"
+            advice = "choose another folder" if fresh else "it continues this run"
             raise ConfigError(
                 f"{flag}: {str(folder)!r} is being written by another run ({who}); wait for "
                 f"it to end, or {advice}"

@@ -19,7 +19,7 @@ import numpy as np
 
 from rlax_trpo.config import sweep as sweeplib
 from rlax_trpo.config.checks import INT32_MAX
-from rlax_trpo.errors import ConfigError
+from rlax_trpo.errors import ConfigError, arg, arg_value
 from rlax_trpo.experiment import loggers, parallel
 from rlax_trpo.experiment.lock import RunLock
 from rlax_trpo.experiment.population import population_initializer
@@ -125,19 +125,21 @@ def plan_run(given: RunPlan) -> RunPlan:
     """`run`'s arguments checked (one-line ConfigError) and completed: defaults, and a
     resumed run's from its checkpoint. Nothing is written."""
     for flag, value in (
-        ("--seeds", given.seeds),
-        ("--chunk-iterations", given.chunk_iterations),
-        ("--log-every", given.log_every),
-        ("--keep-checkpoints", given.keep_checkpoints),
+        ("seeds", given.seeds),
+        ("chunk_iterations", given.chunk_iterations),
+        ("log_every", given.log_every),
+        ("keep_checkpoints", given.keep_checkpoints),
     ):
         if value is not None and value < 1:
-            raise ConfigError(f"{flag}: must be a positive integer (got {value})")
+            raise ConfigError(f"{arg(flag)}: must be a positive integer (got {value})")
     if given.seed is not None and not 0 <= given.seed <= MAX_SEED:
-        raise ConfigError(f"--seed: must be an integer from 0 to {MAX_SEED} (got {given.seed})")
-    for flag, path in (("--out", given.out), ("--resume", given.resume)):
+        raise ConfigError(
+            f"{arg('seed')}: must be an integer from 0 to {MAX_SEED} (got {given.seed})"
+        )
+    for flag, path in (("out", given.out), ("resume", given.resume)):
         if path is not None and not str(path).strip():
             raise ConfigError(
-                f"{flag}: an empty path (it would be the current directory); give a folder"
+                f"{arg(flag)}: an empty path (it would be the current directory); give a folder"
             )
     if given.sweep is not None:
         sweeplib.check_grid(given.sweep)
@@ -145,11 +147,13 @@ def plan_run(given: RunPlan) -> RunPlan:
     if given.resume is not None:
         resume = Path(given.resume)
         if given.out is not None:
-            raise ConfigError("--out: a resumed run continues in its own folder; drop --out")
+            raise ConfigError(
+                f"{arg('out')}: a resumed run continues in its own folder; drop {arg('out')}"
+            )
         holder = RunLock.holder(resume)
         if holder is not None:
             raise ConfigError(
-                f"--resume: {str(resume)!r} is being written by another run ({holder})"
+                f"{arg('resume')}: {str(resume)!r} is being written by another run ({holder})"
             )
         saved = resume_plan(resume, given.config, given.seeds, given.seed, given.sweep)
         chunk = given.chunk_iterations or saved.chunk_iterations
@@ -166,7 +170,7 @@ def plan_run(given: RunPlan) -> RunPlan:
             resume=resume,
         )
     elif given.config is None:
-        raise ConfigError("run: a config is needed (or resume=<run folder>)")
+        raise ConfigError(f"run: a config is needed (or {arg_value('resume', '<run folder>')})")
     out = Path(plan.out) if plan.out is not None else None
     if given.resume is None and out is not None:
         check_new_folder(out)
@@ -182,33 +186,41 @@ def check_population(plan: RunPlan) -> None:
     """A population JAX can index (int32), and with `pbt:` one of two members or more."""
     if plan.population > INT32_MAX:
         raise ConfigError(
-            f"--seeds: {len(plan.settings)} setting(s) x {plan.seeds} seed(s) = "
+            f"{arg('seeds')}: {len(plan.settings)} setting(s) x {plan.seeds} seed(s) = "
             f"{plan.population} members; JAX indexes the population in int32 (at most "
             f"{INT32_MAX})"
         )
     if plan.config.to_dict().get("pbt") and plan.population < 2:
         raise ConfigError(
-            "pbt: a population of 1 member has no other to copy; use --seeds N (N >= 2) or --sweep"
+            f"pbt: a population of 1 member has no other to copy; use {arg('seeds')} N (N >= 2) "
+            f"or {arg('sweep')}"
         )
 
 
 def check_new_folder(out: Path) -> None:
-    """A fresh run's `--out`: absent or an empty directory; else one line saying what it is."""
+    """A fresh run's `--out`: absent or an empty directory; else one line saying what it is
+    and what to do instead."""
     if not out.exists():
         return
+    flag = arg("out")
     if not out.is_dir():
-        raise ConfigError(f"--out: {str(out)!r} exists and is not a directory")
+        raise ConfigError(f"{flag}: {str(out)!r} exists and is not a directory")
     if not any(out.iterdir()):
         return
     holder = RunLock.holder(out)
     if holder is not None:
-        raise ConfigError(f"--out: {str(out)!r} is being written by another run ({holder})")
+        raise ConfigError(f"{flag}: {str(out)!r} is being written by another run ({holder})")
     if (out / "checkpoint").is_dir() and not (out / "summary.json").exists():
         raise ConfigError(
-            f"--out: {str(out)!r} holds a run that did not finish; continue it with "
-            f"--resume {out}, or choose another folder"
+            f"{flag}: {str(out)!r} holds a run that did not finish; continue it with "
+            f"{arg_value('resume', out)}, or choose another folder"
         )
-    raise ConfigError(f"--out: {str(out)!r} exists and is not an empty directory")
+    if (out / "summary.json").is_file() or (out / "config.yaml").is_file():
+        raise ConfigError(
+            f"{flag}: {str(out)!r} holds a finished run; choose another folder (`rlax-trpo "
+            f"eval --run {out}` evaluates it)"
+        )
+    raise ConfigError(f"{flag}: {str(out)!r} exists and is not empty; give a new or empty folder")
 
 
 def check_memory(plan: RunPlan, program: Program) -> None:
@@ -232,10 +244,10 @@ def check_memory(plan: RunPlan, program: Program) -> None:
     if available is None or state + rollout <= available:
         return
     raise ConfigError(
-        f"--seeds: {len(plan.settings)} setting(s) x {plan.seeds} seed(s) = {plan.population} "
-        f"member(s) need at least {_size(state + rollout)} (state {_size(state)}, one rollout "
-        f"{_size(rollout)}), more than the {_size(available)} {where}; use fewer seeds or "
-        "settings, or a smaller num_envs x num_steps or network"
+        f"{arg('seeds')}: {len(plan.settings)} setting(s) x {plan.seeds} seed(s) = "
+        f"{plan.population} member(s) need at least {_size(state + rollout)} (state "
+        f"{_size(state)}, one rollout {_size(rollout)}), more than the {_size(available)} "
+        f"{where}; use fewer seeds or settings, or a smaller num_envs x num_steps or network"
     )
 
 

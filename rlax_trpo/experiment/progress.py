@@ -178,7 +178,7 @@ class StopRequest:
                 else "after the current chunk and its checkpoint"
             )
             print(
-                f"\n{name} received: stopping {when} (send it again to stop now)",
+                f"{_line_start()}{name} received: stopping {when} (send it again to stop now)",
                 file=sys.stderr,
                 flush=True,
             )
@@ -188,7 +188,11 @@ class StopRequest:
                 kept = self.kept()
             except Exception:  # noqa: BLE001 - on the way out; the line must still come
                 kept = "see the run folder"
-            print(f"\nerror: stopped by a second {name}; {kept}", file=sys.stderr, flush=True)
+            print(
+                f"{_line_start()}error: stopped by a second {name}; {kept}",
+                file=sys.stderr,
+                flush=True,
+            )
             os._exit(128 + signum)
 
     def _restore_handlers(self) -> None:
@@ -209,3 +213,11 @@ class StopRequest:
                 f"interrupted by {exc} before the run began; nothing was written",
                 status=128 + exc.signum,
             ) from None
+
+
+def _line_start() -> str:
+    """A newline that ends a progress bar's line before a message, or nothing when no bar is
+    drawn (then the message is the first thing on its line)."""
+    import tqdm
+
+    return "\n" if any(not bar.disable for bar in list(tqdm.tqdm._instances)) else ""

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from rlax_trpo.config.configuration import Config, config_from_dict
 from rlax_trpo.config.sweep import Sweep
-from rlax_trpo.errors import ConfigError
+from rlax_trpo.errors import ConfigError, arg
 from rlax_trpo.experiment.checkpoint import (
     CheckpointError,
     RunRecord,
@@ -58,7 +58,7 @@ class SavedConfig(NamedTuple):
 def plan_resume(run_dir: Path, config, seeds, seed, sweep) -> ResumePlan:
     """Read (never write) the checkpoint of `run_dir`; what was given must agree with it."""
     if not run_dir.is_dir():
-        raise ConfigError(f"--resume: {str(run_dir)!r} is not a run folder")
+        raise ConfigError(f"{arg('resume')}: {str(run_dir)!r} is not a run folder")
     ckpt = run_dir / "checkpoint"
     notes = []
     if not has_step(ckpt) and has_plan(ckpt):
@@ -77,17 +77,17 @@ def plan_resume(run_dir: Path, config, seeds, seed, sweep) -> ResumePlan:
             shown = value.to_dict() if name == "sweep" else value
             was = saved[name].to_dict() if name == "sweep" else saved[name]
             raise CheckpointError(
-                f"--resume: the checkpoint in {str(run_dir)!r} was made with {name}={was}, "
+                f"{arg('resume')}: the checkpoint in {str(run_dir)!r} was made with {name}={was}, "
                 f"not {shown}"
             )
     if config is not None and config != found.config:
         raise CheckpointError(
-            f"--resume: the given config differs from the one in {str(found.source)!r}; "
-            "resume with --resume alone"
+            f"{arg('resume')}: the given config differs from the one in {str(found.source)!r}; "
+            f"resume with {arg('resume')} alone"
         )
     finished = record.iterations_done >= record.num_iterations or not has_step(ckpt)
     if finished and (run_dir / "summary.json").exists():  # (no step: its state was not kept)
-        raise ConfigError(f"--resume: the run in {str(run_dir)!r} is already complete")
+        raise ConfigError(f"{arg('resume')}: the run in {str(run_dir)!r} is already complete")
     start_over = record.iterations_done == 0
     if found.note is not None:
         notes.append(found.note)

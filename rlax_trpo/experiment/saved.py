@@ -27,6 +27,7 @@ from rlax_trpo.experiment.population import population_evaluator, population_ini
 from rlax_trpo.experiment.program import make_program
 from rlax_trpo.experiment.resume import saved_config
 from rlax_trpo.policy import Policy, member_policy
+from rlax_trpo.report.inputs import enclosing_run
 from rlax_trpo.training import make_trainer
 
 
@@ -94,6 +95,9 @@ def no_checkpoint(run_dir: Path) -> str:
     """Why the folder `run_dir` has no step to restore, in one line: it is no run folder, or
     its run has no checkpoint yet (being written, or whether `--resume` can continue it)."""
     ckpt = run_dir / "checkpoint"
+    run = enclosing_run(run_dir)
+    if run is not None:
+        return f"--run: {str(run_dir)!r} is inside the run folder {str(run)!r}; give --run {run}"
     if not run_dir.is_dir() or not (ckpt.is_dir() or (run_dir / "config.yaml").is_file()):
         return f"--run: {str(run_dir)!r} is not a run folder"
     holder = RunLock.holder(run_dir)
@@ -164,12 +168,15 @@ class RunEvaluation(NamedTuple):
 
 
 def evaluate_run(
-    run_dir: str | Path, episodes: int = 10, seed: int = 1234, max_steps: int | None = None
+    run_dir: str | Path | SavedRun,
+    episodes: int = 10,
+    seed: int = 1234,
+    max_steps: int | None = None,
 ) -> RunEvaluation:
-    """Evaluate every member of a run folder: `episodes` greedy and sampling episodes each
-    through its `Policy` (control runs), or the greedy held-out accuracy (language-model
-    runs, in one compiled call)."""
-    run = SavedRun(run_dir)
+    """Evaluate every member of a run folder (or of a `SavedRun` already restored):
+    `episodes` greedy and sampling episodes each through its `Policy` (control runs), or the
+    greedy held-out accuracy (language-model runs, in one compiled call)."""
+    run = run_dir if isinstance(run_dir, SavedRun) else SavedRun(run_dir)
     keys = run.member_keys(seed)
     if run.trainer is None:
         fn = jax.jit(population_evaluator(run.program))
@@ -259,12 +266,13 @@ def eval_command(args: argparse.Namespace) -> int:
     gif = args.run / "episode.gif" if args.gif == Path("episode.gif") else args.gif
     if gif is not None and gif.suffix.lower() != ".gif":
         raise UsageError(f"--gif: {str(gif)!r} must end in .gif")
-    ev = evaluate_run(args.run, args.episodes, args.seed, args.max_steps)
-    for note in ev.run.notes:  # which step and config were used, when not the usual ones
-        print(note, file=sys.stderr, flush=True)
-    population = len(ev.settings) * ev.seeds
+    run = SavedRun(args.run)  # restored, nothing compiled yet: check --member first
+    population = run.population
     if args.member is not None and not 0 <= args.member < population:
         raise UsageError(f"--member: must be between 0 and {population - 1} (got {args.member})")
+    for note in run.notes:  # which step and config were used, when not the usual ones
+        print(note, file=sys.stderr, flush=True)
+    ev = evaluate_run(run, args.episodes, args.seed, args.max_steps)
     print(format_evaluation(ev, args.run))
     if args.export is not None:
         member = 0 if args.member is None else args.member

@@ -66,6 +66,9 @@ def runs_in(
         return records_of(
             path / "summary.json", _read_json(path / "summary.json"), None, score, setting
         )
+    run = enclosing_run(path)
+    if run is not None:
+        raise ReportError(f"{path}: inside the run folder {run}; give the run folder")
     if _unfinished(path):
         return [], [_skipped(path)]
     found, notes = [], []
@@ -95,6 +98,18 @@ def runs_in(
 def _add(found: list, notes: list, more: tuple[list, list]) -> None:
     found += more[0]
     notes += more[1]
+
+
+def enclosing_run(path: str | Path) -> Path | None:
+    """The run folder around `path` when `path` is a run's `checkpoint/` folder or one of its
+    step folders (a run folder holds config.yaml beside checkpoint/); else None. The
+    checkpoint folder holds a config.yaml of its own, so it can pass for a run folder."""
+    path = Path(path)
+    for run in list(path.parents)[:2]:
+        inside = path == run / "checkpoint" or path.parent == run / "checkpoint"
+        if inside and (run / "config.yaml").is_file():
+            return run
+    return None
 
 
 def _unfinished(folder: Path) -> bool:
