@@ -96,7 +96,7 @@ def describe_failure(err: BaseException, where: str) -> BaseException | None:
         first = next((line for line in text.splitlines() if "RESOURCE_EXHAUSTED" in line), "")
         return RunFailed(
             f"out of memory on the device ({first.strip()[:160]}): use fewer num_envs, num_steps, "
-            f"seeds or settings; {where}"
+            f"epochs (num_epochs, value_epochs), seeds or settings; {where}"
         )
     return None
 

@@ -184,6 +184,10 @@ BAD_INPUTS = [
     # the population against the machine's memory (an absurd population)
     (["--seeds", "100000000"], "--seeds: 1 setting(s) x 100000000 seed(s) = 100000000 member(s) "
      "need at least"),
+    # epochs whose keys and losses alone exceed any machine's memory (3.2 TB, 8 TB)
+    (["num_epochs=2000000000", "--seeds", "100", SMALL], "num_epochs: 2000000000 epochs x 1 m"),
+    (["algorithm=trpo", "value_epochs=2000000000", "--seeds", "100", SMALL],
+     "value_epochs: 2000000000 epochs x 4 minibatches hold at least"),
     # a field that does nothing without another
     (["n_step=3", SMALL], "n_step: read only with advantage: nstep"),
     (["advantage=mc", "hp.gae_lambda=0.9", SMALL], "hp.gae_lambda: read only with advantage: gae"),
@@ -235,6 +239,8 @@ BAD_INPUTS = [
     (["pbt.explore.ent_coef=uniform:0,0.1", "pbt.init=grid"],
      "pbt.init: Input should be 'config' or 'prior'"),
     (["pbt.explore.ent_coef=uniform:0,0.1", "pbt.bogus=1"], "pbt.bogus: unknown key"),
+    (["--config", "ppo_pbt_cartpole", "--sweep", "hp.learning_rate=1e-3,1e-4", SMALL],
+     "--sweep hp.learning_rate: with pbt.init: prior each member starts from a draw of pbt.expl"),
     (["--seeds", "1", "pbt.explore.ent_coef=uniform:0,0.1"],
      "pbt: a population of 1 member has no other to copy"),
 ]  # fmt: skip

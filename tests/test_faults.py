@@ -260,6 +260,28 @@ def test_an_unchunked_run_whose_checkpoint_fails_keeps_its_results(
     assert code == 2 and err == [f"error: --resume: the run in {str(out)!r} is already complete"]
 
 
+def test_a_disk_full_in_the_final_phase_leaves_no_temporary_file(reference, tmp_path, monkeypatch):
+    """The disk fills while metrics.csv is being written, after the last checkpoint: one
+    line, exit 3, the checkpoint kept, and no temporary file left (a 0-byte
+    .metrics.tmp.csv stayed until the next --resume); --resume then finishes the run."""
+    from rlax_trpo.report import run_files
+
+    out = tmp_path / "run"
+
+    def full(path, *args, **kwargs):
+        Path(path).write_text("")  # opened, then the disk filled
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(run_files, "write_metrics_csv", full)
+    code, err = _capture_main([*TINY, "--out", str(out)])
+    monkeypatch.undo()
+    assert code == 3 and len(err) == 1 and "No space left on device" in err[0], err
+    assert not list(out.rglob(".*tmp*")), list(out.rglob(".*tmp*"))
+    assert checkpoint.read_meta(out / "checkpoint")["iterations_done"] == 8
+    assert train.main(["--resume", str(out), "--no-progress"]) == 0
+    assert (out / "metrics.csv").read_bytes() == reference
+
+
 def _mount_tmpfs(path: Path, size: str) -> bool:
     path.mkdir()
     proc = subprocess.run(

@@ -49,6 +49,7 @@ from rlax_trpo.experiment.folder import (
     make_folder,
     open_folder,
     release_folder,
+    stopping_now,
     summarize,
 )
 from rlax_trpo.experiment.plan import (
@@ -153,7 +154,7 @@ def _drive(plan: RunPlan, stop: StopRequest) -> RunResult:
     setup = Setup(plan, program, placement, folder=make_folder(plan, program, owner))
     if owner:
         runlog.attach(setup.folder.out)  # the libraries' messages, when the command keeps them
-    stop.kept = lambda: describe_kept(setup.folder)
+    stop.kept = lambda: stopping_now(setup.folder)  # on a second signal, on the way out
     try:
         return _stages(setup, bar, stop)
     except BaseException as err:

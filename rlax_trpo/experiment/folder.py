@@ -233,7 +233,29 @@ def release_folder(folder: Folder, keep: bool) -> None:
             shutil.rmtree(folder.out, ignore_errors=True)
         else:
             _empty(folder.out)
+    else:
+        discard_temporaries(folder)
     folder.lock.release()
+
+
+def discard_temporaries(folder: Folder) -> None:
+    """The temporary files of writes that will not finish now (a run stopping: a failed
+    final phase, a second signal mid-checkpoint), so that a stopped run leaves none."""
+    if not folder.owner:
+        return
+    for left in folder.out.glob(".*.tmp*"):
+        if left.is_dir():
+            shutil.rmtree(left, ignore_errors=True)
+        else:
+            left.unlink(missing_ok=True)
+    checkpoint.remove_leftovers(folder.out / "checkpoint")
+
+
+def stopping_now(folder: Folder) -> str:
+    """On a second signal, just before the process ends: the temporaries discarded, and what
+    the folder keeps (`describe_kept`)."""
+    discard_temporaries(folder)
+    return describe_kept(folder)
 
 
 def close_writers(writers: list[Any]) -> None:

@@ -190,7 +190,15 @@ def check_population(plan: RunPlan) -> None:
             f"{plan.population} members; JAX indexes the population in int32 (at most "
             f"{INT32_MAX})"
         )
-    if plan.config.to_dict().get("pbt") and plan.population < 2:
+    pbt = plan.config.to_dict().get("pbt") or {}
+    drawn = [n for n in plan.sweep.names if n.removeprefix("hp.") in (pbt.get("explore") or {})]
+    if drawn and pbt.get("init") == "prior":  # every member draws it: the sweep sets nothing
+        raise ConfigError(
+            f"{arg('sweep')} {drawn[0]}: with pbt.init: prior each member starts from a draw of "
+            f"pbt.explore.{drawn[0].removeprefix('hp.')}'s prior, so the sweep would set no "
+            "member; drop the sweep, or set pbt.init=config to start the members from its values"
+        )
+    if pbt and plan.population < 2:
         raise ConfigError(
             f"pbt: a population of 1 member has no other to copy; use {arg('seeds')} N (N >= 2) "
             f"or {arg('sweep')}"
@@ -241,6 +249,22 @@ def check_memory(plan: RunPlan, program: Program) -> None:
     rollout = steps * per_step if obs is not None else 0
     available, where, share = _device_memory(num_devices)
     state, rollout = int(state * share), int(rollout * share)  # this process's devices' part
+    for epochs, minibatches, floats in (
+        ("num_epochs", "num_minibatches", 2),  # the loss and the gradient's norm
+        ("value_epochs", "value_minibatches", 1),  # the critic's loss
+    ):
+        e, m = getattr(plan.config, epochs, None), getattr(plan.config, minibatches, None) or 1
+        if available is None or not isinstance(e, int):
+            continue
+        # Each epoch's key (8 bytes) and its minibatches' metrics (float32), stacked by the
+        # scan over epochs (`epochs_of_minibatches`), for every member: a lower bound.
+        held = int(plan.population * e * (8 + 4 * floats * m) * share)
+        if held > available:
+            raise ConfigError(
+                f"{epochs}: {e} epochs x {m} minibatches hold at least {_size(held)} per "
+                f"iteration for {plan.population} member(s) (each epoch's key and losses), more "
+                f"than the {_size(available)} {where}; use fewer {epochs}"
+            )
     if available is None or state + rollout <= available:
         return
     raise ConfigError(
