@@ -249,12 +249,21 @@ def check_memory(plan: RunPlan, program: Program) -> None:
     rollout = steps * per_step if obs is not None else 0
     available, where, share = _device_memory(num_devices)
     state, rollout = int(state * share), int(rollout * share)  # this process's devices' part
+    if available is None:
+        return
+    if state + rollout > available:
+        raise ConfigError(
+            f"{arg('seeds')}: {len(plan.settings)} setting(s) x {plan.seeds} seed(s) = "
+            f"{plan.population} member(s) need at least {_size(state + rollout)} (state "
+            f"{_size(state)}, one rollout {_size(rollout)}), more than the {_size(available)} "
+            f"{where}; use fewer seeds or settings, or a smaller num_envs x num_steps or network"
+        )
     for epochs, minibatches, floats in (
         ("num_epochs", "num_minibatches", 2),  # the loss and the gradient's norm
         ("value_epochs", "value_minibatches", 1),  # the critic's loss
     ):
         e, m = getattr(plan.config, epochs, None), getattr(plan.config, minibatches, None) or 1
-        if available is None or not isinstance(e, int):
+        if not isinstance(e, int):
             continue
         # Each epoch's key (8 bytes) and its minibatches' metrics (float32), stacked by the
         # scan over epochs (`epochs_of_minibatches`), for every member: a lower bound.
@@ -265,14 +274,6 @@ def check_memory(plan: RunPlan, program: Program) -> None:
                 f"iteration for {plan.population} member(s) (each epoch's key and losses), more "
                 f"than the {_size(available)} {where}; use fewer {epochs}"
             )
-    if available is None or state + rollout <= available:
-        return
-    raise ConfigError(
-        f"{arg('seeds')}: {len(plan.settings)} setting(s) x {plan.seeds} seed(s) = "
-        f"{plan.population} member(s) need at least {_size(state + rollout)} (state "
-        f"{_size(state)}, one rollout {_size(rollout)}), more than the {_size(available)} "
-        f"{where}; use fewer seeds or settings, or a smaller num_envs x num_steps or network"
-    )
 
 
 def _population_state(plan: RunPlan, program: Program) -> Any:
