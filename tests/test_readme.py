@@ -196,9 +196,20 @@ TEST_COMMAND = "python -m pytest -q -n auto --maxprocesses 4 --dist loadfile"
 
 
 def test_the_two_commands():
-    assert 'pip install -e ".[dev]" && python train.py\n' in README
+    assert "pip install -e . && python train.py\n" in README  # the main job installs light
     assert f'pip install -e ".[dev]" && {TEST_COMMAND}\n' in README
     assert TEST_COMMAND in (ROOT / ".ci/run").read_text().splitlines()  # CI runs it as given
+
+
+def test_the_install_time_is_its_file():
+    # "the install takes N s in a new virtual environment ..., G GiB ...": the JSON's figures
+    data = json.loads((ROOT / "benchmarks/results/first_install_2core.json").read_text())
+    sentence = " ".join(README.split("the install takes", 1)[1].split(":\n", 1)[0].split())
+    found = re.match(r"(\d+) s in a new virtual environment .*?, ([\d.]+) GiB and no", sentence)
+    assert found, sentence
+    assert int(found[1]) == round(data["install"]["seconds"]), sentence
+    assert float(found[2]) == round(data["install"]["venv_gib"], 2), sentence
+    assert data["install"]["suites_installed"] == [] and data["date"] in sentence
 
 
 def test_the_suites_size_and_time_are_its_files():
