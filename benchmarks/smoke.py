@@ -87,6 +87,11 @@ SMOKE = {
         [PY, "benchmarks/lm_throughput.py", "--tiny", "--json", "{out}/lm_throughput.json"],
         ("torch", "transformers", "trl", "datasets"),
     ),
+    "bundled_table.py": (
+        [PY, "benchmarks/bundled_table.py", "--only", "ppo_cartpole", "--results",
+         "{out}/bundled", "--extra", *TINY_RUN],
+        (),
+    ),
     "first_run.py": (
         [PY, "benchmarks/first_run.py", "--repeats", "1", "total_env_steps=4096"],
         (),

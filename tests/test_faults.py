@@ -282,6 +282,23 @@ def test_a_disk_full_in_the_final_phase_leaves_no_temporary_file(reference, tmp_
     assert (out / "metrics.csv").read_bytes() == reference
 
 
+def test_a_second_signal_on_the_way_out_discards_the_writes_in_progress(tmp_path):
+    """The command line's second signal ends the process (`os._exit`) after asking the
+    driver what is kept: that call first removes the temporaries of writes that will not
+    finish (a checkpoint step half written, a summary being renamed), keeping finished steps."""
+    from rlax_trpo.experiment.folder import stopping_now
+    from rlax_trpo.experiment.plan import Folder
+
+    out = tmp_path / "run"
+    step = out / "checkpoint" / "iter_000002"
+    step.mkdir(parents=True)
+    (out / "checkpoint" / ".iter_000004.tmp-123-abc" / "state").mkdir(parents=True)
+    (out / ".summary.json.tmp").write_text("{")
+    said = stopping_now(Folder(out=out, owner=True))
+    assert sorted(p.name for p in out.rglob("*")) == ["checkpoint", "iter_000002"]
+    assert "keeps its last checkpoint iter_000002" in said
+
+
 def _mount_tmpfs(path: Path, size: str) -> bool:
     path.mkdir()
     proc = subprocess.run(

@@ -34,7 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-TABLES = ("minatar", "craftax")  # folders of published cells
+TABLES = ("minatar", "craftax", "bundled_2core")  # folders of published cells
 
 # (table, file stem) -> why the cell still reports seeds that chose settings. Each is marked
 # in the table that publishes it.

@@ -91,8 +91,9 @@ def main(argv: list[str] | None = None, prog: str = "rlax-trpo") -> int:
         print(main_help(f"python {prog}" if prog.endswith(".py") else prog), end="")
         return 0
     command, rest = (argv[0], argv[1:]) if argv[:1] and argv[0] in COMMANDS else ("train", argv)
-    if argv and argv[0] not in COMMANDS and _misspelt_command(argv[0]):
-        return _failed(UsageError(_misspelt_command(argv[0])), 2)
+    misspelt = _misspelt_command(argv[0]) if argv and argv[0] not in COMMANDS else None
+    if misspelt is not None:
+        return _failed(UsageError(misspelt), 2)
     mains = {
         "eval": eval_main,
         "configs": configs_main,
