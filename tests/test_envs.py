@@ -60,7 +60,7 @@ def test_unknown_env_is_refused_without_importing_the_suites():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     first, imported = done.stdout.splitlines()
-    assert "(did you mean 'CartPole-v1'?)" in first
+    assert "(did you mean 'CartPole-v1'? `rlax-trpo configs --envs` lists them all)" in first
     assert imported == "[]"  # importing gymnax and brax to list names took 8-9 s
 
 

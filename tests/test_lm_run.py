@@ -162,7 +162,7 @@ def test_a_language_model_run_sweeps_its_own_hyperparameters(tmp_path, capsys):
     """`--sweep` over an LM config's `hp:` works like a control sweep; a control-only
     hyperparameter is refused naming the LM's own."""
     out = tmp_path / "sweep"
-    argv = [*TINY, "--config", "grpo_lm_max_digit", "--sweep", "hp.learning_rate=1e-3,3e-3"]
+    argv = [*TINY[2:], "--config", "grpo_lm_max_digit", "--sweep", "hp.learning_rate=1e-3,3e-3"]
     assert train.main([*argv, "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["num_settings"] == 2 and summary["population"] == 4

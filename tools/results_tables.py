@@ -38,7 +38,7 @@ MINATAR = {
 # page -> tables it holds (a table may stand on several pages, the same on each)
 PAGES = {
     "README.md": ["minatar"],
-    "docs/results.md": ["minatar", "minatar_seeds", "craftax", "bundled"],
+    "docs/results.md": ["minatar", "minatar_seeds", "craftax"],
 }
 
 
@@ -78,8 +78,7 @@ def _network(record: dict) -> str:
 
 
 def minatar_table(spec: dict = MINATAR) -> str:
-    from rlax_trpo.report.inputs import read_anchors
-    from rlax_trpo.report.tables import interval_header
+    from rlax_trpo.report.tables import interval_header, read_anchors
 
     per_task, records = _cells(spec)
     anchors = read_anchors(ROOT / spec["anchors"])
@@ -170,9 +169,9 @@ def craftax_table(spec: dict = CRAFTAX) -> str:
     """Craftax-1M's standard cells: the score (% of the maximum) per row, its IQM and
     interval, each seed's score and the scoreboard's figure."""
     from rlax_trpo.report import aggregate
-    from rlax_trpo.report.inputs import load_runs, read_anchors
+    from rlax_trpo.report.inputs import load_runs
     from rlax_trpo.report.settings import cells_of
-    from rlax_trpo.report.tables import interval_header
+    from rlax_trpo.report.tables import interval_header, read_anchors
 
     runs, _ = load_runs([ROOT / spec["results"]], score=spec["score"])
     cells, _ = cells_of(runs)
@@ -267,7 +266,6 @@ TABLES = {
     "minatar": minatar_table,
     "minatar_seeds": minatar_seeds_table,
     "craftax": craftax_table,
-    "bundled": bundled_table,
 }
 
 

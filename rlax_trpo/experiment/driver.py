@@ -27,6 +27,7 @@ stages, each passing a named record (`rlax_trpo.experiment.plan`) to the next:
 
 from __future__ import annotations
 
+import contextvars
 import sys
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -154,7 +155,10 @@ def _drive(plan: RunPlan, stop: StopRequest) -> RunResult:
     setup = Setup(plan, program, placement, folder=make_folder(plan, program, owner))
     if owner:
         runlog.attach(setup.folder.out)  # the libraries' messages, when the command keeps them
-    stop.kept = lambda: stopping_now(setup.folder)  # on a second signal, on the way out
+    # On a second signal, on the way out, in the signal watcher's thread: in this context (the
+    # command line's option names for the messages), which threads do not inherit.
+    context = contextvars.copy_context()
+    stop.kept = lambda: context.run(stopping_now, setup.folder)
     try:
         return _stages(setup, bar, stop)
     except BaseException as err:

@@ -2,8 +2,7 @@
 `plan_run` before anything is written or started), `Placement` (the population on the
 devices), `Folder` (the run folder) and `Setup` (what the first stages decided, for the
 later ones). Every stage module of `rlax_trpo.experiment` imports its records from here.
-`check_memory` refuses, before anything is compiled or allocated, a population whose state
-and rollout alone exceed the memory of the devices it would run on.
+`check_memory` refuses, before anything is compiled or allocated, what cannot fit at all.
 """
 
 from __future__ import annotations
@@ -219,25 +218,25 @@ def check_new_folder(out: Path) -> None:
     if holder is not None:
         raise ConfigError(f"{flag}: {str(out)!r} is being written by another run ({holder})")
     if (out / "checkpoint").is_dir() and not (out / "summary.json").exists():
-        raise ConfigError(
-            f"{flag}: {str(out)!r} holds a run that did not finish; continue it with "
-            f"{arg_value('resume', out)}, or choose another folder"
-        )
-    if (out / "summary.json").is_file() or (out / "config.yaml").is_file():
-        raise ConfigError(
-            f"{flag}: {str(out)!r} holds a finished run; choose another folder (`rlax-trpo "
-            f"eval --run {out}` evaluates it)"
-        )
-    raise ConfigError(f"{flag}: {str(out)!r} exists and is not empty; give a new or empty folder")
+        what = f"a run that did not finish; continue it with {arg_value('resume', out)}, or"
+    elif (out / "summary.json").is_file() or (out / "config.yaml").is_file():
+        what = f"a finished run (`rlax-trpo eval --run {out}` evaluates it);"
+    else:
+        raise ConfigError(f"{flag}: {str(out)!r} exists and is not empty; give a new folder")
+    raise ConfigError(f"{flag}: {str(out)!r} holds {what} choose another folder")
+
+
+# The loops over epochs that stack, per epoch, its key and a float32 per minibatch of each of
+# their losses (`epochs_of_minibatches`): the loss and the gradient's norm; the critic's loss.
+EPOCH_LOOPS = (("num_epochs", "num_minibatches", 2), ("value_epochs", "value_minibatches", 1))
 
 
 def check_memory(plan: RunPlan, program: Program) -> None:
     """Refuse, in one line, a population that cannot fit: its state (the shapes of the
-    vmapped `program.init`, traced without allocating anything) and one rollout (every
-    step's observations, before and after the step, and four scalars) already exceed the
-    memory of the devices it would run on (CPU: the host's available memory; otherwise the
-    devices' own, `memory_stats`). Compiled programs need more than this, so only what
-    cannot fit is refused; a device that reports nothing is not checked."""
+    vmapped `program.init`, traced without allocating anything) and one rollout (each step's
+    observations, before and after the step, and four scalars), or its epochs' keys and
+    losses, exceed the memory of its devices (CPU: the host's available memory; otherwise
+    `memory_stats`). Only what cannot fit is refused; a device that reports nothing is not."""
     num_devices = parallel.choose_num_devices(
         plan.devices, plan.population, program.num_envs, plan.shard
     )
@@ -258,17 +257,10 @@ def check_memory(plan: RunPlan, program: Program) -> None:
             f"{_size(state)}, one rollout {_size(rollout)}), more than the {_size(available)} "
             f"{where}; use fewer seeds or settings, or a smaller num_envs x num_steps or network"
         )
-    for epochs, minibatches, floats in (
-        ("num_epochs", "num_minibatches", 2),  # the loss and the gradient's norm
-        ("value_epochs", "value_minibatches", 1),  # the critic's loss
-    ):
+    for epochs, minibatches, floats in EPOCH_LOOPS:  # each epoch's key (8 bytes) and losses
         e, m = getattr(plan.config, epochs, None), getattr(plan.config, minibatches, None) or 1
-        if not isinstance(e, int):
-            continue
-        # Each epoch's key (8 bytes) and its minibatches' metrics (float32), stacked by the
-        # scan over epochs (`epochs_of_minibatches`), for every member: a lower bound.
-        held = int(plan.population * e * (8 + 4 * floats * m) * share)
-        if held > available:
+        held = int(plan.population * (e or 0) * (8 + 4 * floats * m) * share)
+        if isinstance(e, int) and held > available:
             raise ConfigError(
                 f"{epochs}: {e} epochs x {m} minibatches hold at least {_size(held)} per "
                 f"iteration for {plan.population} member(s) (each epoch's key and losses), more "
@@ -284,7 +276,6 @@ def _population_state(plan: RunPlan, program: Program) -> Any:
     hparams = jax.tree.map(
         lambda _: jax.ShapeDtypeStruct((plan.population,), np.float32), program.hparams
     )
-
     shared = unplaced(program.shared)
     return jax.eval_shape(population_initializer(program), key_data, hparams, shared)
 
@@ -302,9 +293,8 @@ def _tree_bytes(tree: Any) -> int:
 
 def _device_memory(num_devices: int) -> tuple[int | None, str, float]:
     """The memory this process's devices of the run can use, where it is, and their share of
-    the run's devices (each holds at least its share of the population): the host's available
-    memory for CPU devices (which share it), else the sum of the devices' allocator limits
-    less what is in use; None when they do not say."""
+    the run's devices: the host's available memory for CPU devices (which share it), else
+    the devices' allocator limits less what is in use; None when they do not say."""
     mine = [d for d in jax.devices()[:num_devices] if d.process_index == jax.process_index()]
     if not mine:
         return None, "", 0.0
@@ -327,12 +317,10 @@ def host_memory_available() -> int | None:
     for line in (meminfo or "").splitlines():
         if line.startswith("MemAvailable:"):
             limits.append(int(line.split()[1]) * 1024)
+    v1 = "/sys/fs/cgroup/memory/memory."
     for limit_file, usage_file in (
         ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-        (
-            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
-        ),
+        (f"{v1}limit_in_bytes", f"{v1}usage_in_bytes"),
     ):
         limit, usage = _read(limit_file), _read(usage_file)
         if limit and usage and limit.strip().isdigit() and usage.strip().isdigit():

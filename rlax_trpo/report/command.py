@@ -15,8 +15,8 @@ from rlax_trpo.report.aggregate import (
     RliableMissing,
     build_report,
 )
-from rlax_trpo.report.inputs import read_anchors
 from rlax_trpo.report.render import per_task_table, write_report
+from rlax_trpo.report.tables import read_anchors
 
 
 def build_report_parser(

@@ -2,7 +2,7 @@
 `benchmarks/standard_tables.py` (a JSON with `task`, `command`, `date` and the run's `summary`),
 read into one record per run (algorithm, task, per-seed scores, provenance); a sweep's settings
 each a record (`--setting` chooses one), a PBT run one record (its best member); a run folder
-without summary.json (unfinished) skipped with a note; and `--anchors`' published scores.
+without summary.json (unfinished) skipped with a note (`--anchors`: `tables.read_anchors`).
 Pooling records into cells: `rlax_trpo.report.settings`. Bad input: one `ReportError` line."""
 
 from __future__ import annotations
@@ -101,20 +101,18 @@ def _add(found: list, notes: list, more: tuple[list, list]) -> None:
 
 
 def enclosing_run(path: str | Path) -> Path | None:
-    """The run folder around `path` when `path` is a run's `checkpoint/` folder or one of its
-    step folders (a run folder holds config.yaml beside checkpoint/); else None. The
-    checkpoint folder holds a config.yaml of its own, so it can pass for a run folder."""
-    path = Path(path)
-    for run in list(path.parents)[:2]:
-        inside = path == run / "checkpoint" or path.parent == run / "checkpoint"
-        if inside and (run / "config.yaml").is_file():
+    """The run folder whose `checkpoint/` is `path` or holds it (a step folder); else None."""
+    for run in list(Path(path).parents)[:2]:
+        if (
+            run / "checkpoint" in (Path(path), Path(path).parent)
+            and (run / "config.yaml").is_file()
+        ):
             return run
     return None
 
 
 def _unfinished(folder: Path) -> bool:
-    """Whether `folder` is a run folder without its summary.json (a run still going, or one
-    that stopped short: `--resume` finishes it)."""
+    """A run folder without its summary.json: a run still going, or stopped short."""
     return (folder / "checkpoint").is_dir() or (folder / "config.yaml").is_file()
 
 
@@ -331,30 +329,3 @@ def _run_record(
         "command": published.get("command"),
         "date": published.get("date"),
     }
-
-
-def read_anchors(path: Path) -> dict[str, dict[str, float]]:
-    """Published reference scores from a YAML mapping `label: {task: score}`."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, UnicodeDecodeError) as err:
-        why = err.strerror if isinstance(err, OSError) else "not text"
-        raise ReportError(f"--anchors: cannot read {path} ({why})") from None
-    except yaml.YAMLError as err:
-        why = " ".join(str(err).split())
-        raise ReportError(f"--anchors: {path} is not valid YAML ({why})") from None
-    shape = "a mapping label: {task: score}, e.g. 'gymnax-blines PPO: {Breakout-MinAtar: 28}'"
-    if not isinstance(data, dict) or not data:
-        raise ReportError(f"--anchors: {path} must hold {shape}")
-    anchors = {}
-    for label, scores in data.items():
-        if not isinstance(scores, dict):
-            raise ReportError(f"--anchors: {label!r} in {path} must map tasks to scores")
-        for task, value in scores.items():
-            number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not number or not math.isfinite(value):
-                raise ReportError(f"--anchors: {label!r} on {task!r}: {value!r} is not a number")
-        anchors[str(label)] = {str(t): float(v) for t, v in scores.items()}
-    return anchors

@@ -3,12 +3,17 @@
 The per-task table has a row per task and three columns per algorithm (IQM, mean, seeds) while
 there are few algorithms (`WIDE_UP_TO`), as the standard tables are read. Beyond that, as when
 the inputs ran many settings and each is a row of its own, it has a row per task and
-algorithm, so that the table grows down the page and not across it. Host-side only: no JAX.
+algorithm, so that the table grows down the page and not across it. `read_anchors` reads
+the published reference scores a table shows beside its rows. Host-side only: no JAX.
 """
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
 from typing import Any
+
+from rlax_trpo.report.inputs import ReportError
 
 WIDE_UP_TO = 4  # algorithms: up to this many, a row per task; beyond, a row per task and algorithm
 
@@ -87,3 +92,30 @@ def per_task_table(report: dict[str, Any], anchors: dict[str, dict[str, float]])
                     said.append(f"{algo}: {cell['note']}")
             rows.append([*row, *published(task), *(["; ".join(said)] if notes else [])])
     return "\n".join(table(header + (["note"] if notes else []), rows))
+
+
+def read_anchors(path: Path) -> dict[str, dict[str, float]]:
+    """Published reference scores from a YAML mapping `label: {task: score}`."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, UnicodeDecodeError) as err:
+        why = err.strerror if isinstance(err, OSError) else "not text"
+        raise ReportError(f"--anchors: cannot read {path} ({why})") from None
+    except yaml.YAMLError as err:
+        why = " ".join(str(err).split())
+        raise ReportError(f"--anchors: {path} is not valid YAML ({why})") from None
+    shape = "a mapping label: {task: score}, e.g. 'gymnax-blines PPO: {Breakout-MinAtar: 28}'"
+    if not isinstance(data, dict) or not data:
+        raise ReportError(f"--anchors: {path} must hold {shape}")
+    anchors = {}
+    for label, scores in data.items():
+        if not isinstance(scores, dict):
+            raise ReportError(f"--anchors: {label!r} in {path} must map tasks to scores")
+        for task, value in scores.items():
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or not math.isfinite(value):
+                raise ReportError(f"--anchors: {label!r} on {task!r}: {value!r} is not a number")
+        anchors[str(label)] = {str(t): float(v) for t, v in scores.items()}
+    return anchors
