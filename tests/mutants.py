@@ -395,7 +395,7 @@ MUTANTS = [
       ("tests/test_config.py::test_bad_input_one_line_exit_2_nothing_written"
        "[--sweep hp.learning_rate: with]",)),
     M("epochs-memory-unchecked", "rlax_trpo/experiment/plan.py",
-      "        if held > available:", "        if False:",
+      "        if isinstance(e, int) and held > available:", "        if False:",
       ("tests/test_config.py", "-k", "bad_input and epochs")),
     M("second-signal-leaves-temporaries", "rlax_trpo/experiment/folder.py",
       "    discard_temporaries(folder)\n    return describe_kept(folder)",
@@ -757,7 +757,7 @@ MUTANTS = [
       "        if field in given:", "        if False:",
       ("tests/test_config.py", "-k", "swept_key")),
     M("population-memory-unchecked", "rlax_trpo/experiment/plan.py",
-      "    if available is None or state + rollout <= available:", "    if True:",
+      "    if state + rollout > available:", "    if False:",
       ("tests/test_config.py", "-k", "on_a_gpu or host_cannot")),
     M("population-beyond-int32", "rlax_trpo/experiment/plan.py",
       "    if plan.population > INT32_MAX:", "    if False:",
