@@ -34,6 +34,26 @@ def fresh_process_env(extra: dict[str, str]) -> dict[str, str]:
     return env | extra
 
 
+def timed_train(python: str, args: list[str], root: Path, what: str = "train.py") -> tuple:
+    """`python train.py ARGS --out <scratch> --no-progress` in a fresh process
+    (`fresh_process_env`), timed as a whole: (seconds, its summary.json). A failure ends the
+    benchmark with its stderr's tail."""
+    import subprocess
+    import tempfile
+    import time
+
+    with tempfile.TemporaryDirectory() as scratch:
+        cmd = [python, "train.py", *args, "--out", f"{scratch}/run", "--no-progress"]
+        start = time.perf_counter()
+        proc = subprocess.run(
+            cmd, cwd=root, env=fresh_process_env({}), capture_output=True, text=True
+        )
+        wall = time.perf_counter() - start
+        if proc.returncode != 0:
+            sys.exit(f"{what} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+        return wall, json.loads((Path(scratch) / "run" / "summary.json").read_text())
+
+
 def publish(name: str, figures: dict[str, Any], path: Path | None) -> None:
     """Print `figures` with the date, machine, jax version and command; also write them to
     `path` (for benchmarks/results/) when given."""

@@ -17,14 +17,10 @@ committed run of the same task and algorithm used these seeds).
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-from _publish import fresh_process_env, publish
+from _publish import publish, timed_train
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 1000  # the published rows' seeds: 1000 and up, which no tuning run used
@@ -55,18 +51,8 @@ ROWS = [
 
 def run_row(name: str, config: str, seeds: int, overrides: list[str], extra: list[str]) -> dict:
     """One row trained in a fresh process; its figures (the command as a user would type it)."""
-    with tempfile.TemporaryDirectory() as scratch:
-        out = Path(scratch) / name
-        args = ["--config", config, "--seeds", str(seeds), "--seed", str(SEED), *overrides]
-        cmd = [sys.executable, "train.py", *args, "--out", str(out), "--no-progress", *extra]
-        start = time.perf_counter()
-        proc = subprocess.run(
-            cmd, cwd=ROOT, env=fresh_process_env({}), capture_output=True, text=True
-        )
-        wall = time.perf_counter() - start
-        if proc.returncode != 0:
-            sys.exit(f"{name}: train.py failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-        summary = json.loads((out / "summary.json").read_text())
+    args = ["--config", config, "--seeds", str(seeds), "--seed", str(SEED), *overrides]
+    wall, summary = timed_train(sys.executable, [*args, *extra], ROOT, f"{name}: train.py")
     keys = ("algorithm", "env", "num_seeds", "total_env_steps", "final_return_mean",
             "final_return_std", "final_return_per_seed", "eval_return_mean", "unit",
             "wall_seconds", "compile_seconds", "env_steps_per_second", "num_devices")  # fmt: skip

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _publish import fresh_process_env, parse_with_overrides, publish
+from _publish import parse_with_overrides, publish, timed_train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,17 +87,7 @@ def _install(venv: Path) -> dict:
 def _runs(python: str, args: argparse.Namespace) -> dict:
     runs = []
     for _ in range(args.repeats):
-        with tempfile.TemporaryDirectory() as out:
-            cmd = [python, "train.py", "--out", f"{out}/run", "--no-progress",
-                   *args.overrides]  # fmt: skip
-            start = time.perf_counter()
-            proc = subprocess.run(
-                cmd, cwd=ROOT, env=fresh_process_env({}), capture_output=True, text=True
-            )
-            wall = time.perf_counter() - start
-            if proc.returncode != 0:
-                sys.exit(f"train.py failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-            summary = json.loads((Path(out) / "run" / "summary.json").read_text())
+        wall, summary = timed_train(python, args.overrides, ROOT)
         runs.append(
             {
                 "process_seconds": wall,
