@@ -943,8 +943,10 @@ MUTANTS = [
 
 # Each job's forking process imports these once (seconds of every mutant's pytest run on a
 # 2-core CPU): third-party libraries only, since a mutant changes this repository's code, which
-# every child imports afresh from its copy; none of them starts JAX's backend at import, and
-# none that starts a thread of its own (distrax's import does) is among them.
+# every child imports afresh from its copy; none of them starts JAX's backend at import
+# (gymnax's does: not here). The only threads they start are OpenBLAS's worker pools (numpy's,
+# and scipy's through distrax's tensorflow_probability), which OpenBLAS re-creates in a forked
+# child (with OPENBLAS_NUM_THREADS=1 no import here starts a thread).
 PRELOAD = (
     "numpy",
     "scipy",
@@ -959,6 +961,7 @@ PRELOAD = (
     "matplotlib",
     "matplotlib.figure",
     "pytest",
+    "distrax",  # about 1 s of every child's import of rlax_trpo.networks
 )
 
 # The forking process: reads one job a line (JSON), forks, and in the child runs pytest as
