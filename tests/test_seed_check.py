@@ -5,6 +5,7 @@ project's own."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -63,6 +64,27 @@ def test_an_override_given_twice_is_its_last_value(tmp_path):
     assert _found(tmp_path) == []
     _result(tmp_path / "other" / "x.json", table.replace("hp.max_kl=0.1", "hp.max_kl=0.3"), 4)
     assert _found(tmp_path) == ["trpo_Breakout-MinAtar.json"]
+
+
+def test_rows_of_a_table_shown_side_by_side_may_share_seeds_but_not_with_a_sweep(tmp_path):
+    memory = "python train.py --config ppo_memory_chain --seeds 4 --seed 1000"
+    summary = {"env": "MemoryChain-bsuite", "algorithm": "ppo", "num_seeds": 4}
+    for name, command in (("gru", memory), ("feedforward", f"{memory} memory=none")):
+        path = tmp_path / "bundled_2core" / f"{name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"command": command, "summary": summary}))
+    assert _found(tmp_path) == []
+    # the same pair in a table that prints one cell per task and algorithm is caught
+    for name in ("gru", "feedforward"):
+        (tmp_path / "minatar").mkdir(exist_ok=True)
+        os.replace(
+            tmp_path / "bundled_2core" / f"{name}.json", tmp_path / "minatar" / f"{name}.json"
+        )
+    assert sorted(_found(tmp_path)) == ["feedforward.json", "gru.json"]
+    # and a tuning run on the published seeds is caught beside a row of the table
+    (tmp_path / "minatar" / "gru.json").rename(tmp_path / "bundled_2core" / "gru.json")
+    (tmp_path / "minatar" / "feedforward.json").rename(tmp_path / "sweep.json")
+    assert _found(tmp_path) == ["gru.json"]
 
 
 def test_no_published_cell_of_the_project_shares_a_seed_with_another_setting(capsys):
