@@ -44,7 +44,9 @@ ROWS = [
     ("trpo_memory_cartpole_feedforward", "trpo_memory_cartpole", 4, ["memory=none"],
      "TRPO, feed-forward"),
     ("ppo_memory_chain", "ppo_memory_chain", 4, [], "PPO + GRU"),
-    ("ppo_memory_chain_feedforward", "ppo_memory_chain", 4, ["memory=none"],
+    # memory_size back to its default: the config's 64 is read only with a memory network, and
+    # a value nothing reads is refused (one line, exit 2)
+    ("ppo_memory_chain_feedforward", "ppo_memory_chain", 4, ["memory=none", "memory_size=128"],
      "PPO, feed-forward"),
 ]  # fmt: skip
 

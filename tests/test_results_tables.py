@@ -1,5 +1,6 @@
-"""The published results tables (README.md's and docs/results.md's MinAtar tables) are what
-`python tools/results_tables.py` writes from the committed JSON, number for number."""
+"""The published results tables (README.md's and docs/results.md's MinAtar, Craftax and
+bundled-configuration tables) are what `python tools/results_tables.py` writes from the
+committed JSON, number for number."""
 
 from __future__ import annotations
 
@@ -62,3 +63,22 @@ def test_a_page_without_its_block_is_one_line_and_nothing_written(
     # neither page was written: the one that had its blocks is as it was
     assert (tmp_path / "docs" / "results.md").read_text() == (ROOT / "docs/results.md").read_text()
     assert (tmp_path / "README.md").read_text() == "no table here\n"
+
+
+def test_the_bundled_table_has_a_row_for_every_row_of_its_script(made):
+    """Every row `benchmarks/bundled_table.py` runs has its file, and the table shows it with
+    the seeds it ran on (1000 and up) and the command's config."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bt", ROOT / "benchmarks/bundled_table.py")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    files = {p.stem for p in (ROOT / results_tables.BUNDLED).glob("*.json")}
+    assert files == {row[0] for row in script.ROWS}
+    lines = [line for line in made["bundled"].splitlines() if line.startswith("| ")][1:]
+    assert len(lines) == len(script.ROWS)
+    for line, (_, config, seeds, overrides, what) in zip(lines, script.ROWS, strict=True):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[0] == what and cells[2] == f"`{' '.join([config, *overrides])}`", line
+        assert cells[4] == f"{seeds} (1000-{1000 + seeds - 1})", line

@@ -38,7 +38,7 @@ MINATAR = {
 # page -> tables it holds (a table may stand on several pages, the same on each)
 PAGES = {
     "README.md": ["minatar"],
-    "docs/results.md": ["minatar", "minatar_seeds", "craftax"],
+    "docs/results.md": ["minatar", "minatar_seeds", "craftax", "bundled"],
 }
 
 
@@ -266,6 +266,7 @@ TABLES = {
     "minatar": minatar_table,
     "minatar_seeds": minatar_seeds_table,
     "craftax": craftax_table,
+    "bundled": bundled_table,
 }
 
 
