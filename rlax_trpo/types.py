@@ -86,7 +86,6 @@ class TrainState:
     memory: Any = None  # with memory: the networks' `Memory` `[B, ...]` where they stand
     first: Any = None  # with memory: `[B]` whether the next observation begins an episode
     pbt: Any = None  # with `pbt:`, the member's `rlax_trpo.pbt.Carry` (its own hyperparameters)
-    pbt: Any = None  # with `pbt:`, the member's `rlax_trpo.pbt.Carry` (its own hyperparameters)
 
 
 class Program(NamedTuple):
@@ -124,3 +123,6 @@ class Program(NamedTuple):
     # bank): placed once, not per member, and given to `init`, `run` and `evaluate` as their
     # last argument. None: those take no such argument.
     shared: Any = None
+    # The iteration count annealed hyperparameters decay over (`config.num_iterations`): a
+    # traced input of the compiled segment (`rlax_trpo.schedules`), not a constant of it.
+    horizon: int = 1

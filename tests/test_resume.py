@@ -55,10 +55,22 @@ def _tree_hash(folder: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    """One compiled call for all 8 iterations (no chunks)."""
+    """One compiled `lax.scan` for all 8 iterations (`--single-call`): what every split of
+    the run into segment calls must give bit for bit."""
     out = tmp_path_factory.mktemp("ref") / "run"
-    assert train.main([*TINY, "--out", str(out)]) == 0
+    assert train.main([*TINY, "--single-call", "--out", str(out)]) == 0
     return out
+
+
+def test_the_segmented_run_equals_the_single_call_and_takes_any_budget(uninterrupted, tmp_path):
+    """Without --single-call the run is segment calls of one compiled program, whose count
+    and annealing horizon are inputs: the same metrics.csv as one `lax.scan`, bit for bit
+    (with `anneal_lr`, on by default), and one program for every budget."""
+    out = tmp_path / "run"
+    assert train.main([*TINY, "--out", str(out)]) == 0
+    assert (out / "metrics.csv").read_bytes() == (uninterrupted / "metrics.csv").read_bytes()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "complete" and summary["compiled_run_programs"] == 1
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -85,8 +97,12 @@ def test_interrupt_then_resume_equals_uninterrupted(uninterrupted, tmp_path, sig
     assert proc.returncode == 128 + sig, err
     assert f"interrupted by {sig.name}" in err and "--resume" in err
     assert "" not in err.splitlines(), err  # no bar (--no-progress) to end: no empty line
-    assert 2 <= checkpoint.read_record(out / "checkpoint").iterations_done < 8
-    assert not (out / "summary.json").exists()
+    done = checkpoint.read_record(out / "checkpoint").iterations_done
+    assert 1 <= done < 8  # after the call the signal came in, not at a checkpoint
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["iterations_done"] == done
+    assert len((out / "metrics.csv").read_text().splitlines()) == 1 + 2 * done  # 2 seeds
+    assert (out / "learning_curve.png").is_file()
 
     assert train.main(["--resume", str(out), "--no-progress"]) == 0
     assert (out / "metrics.csv").read_bytes() == (uninterrupted / "metrics.csv").read_bytes()
@@ -109,23 +125,33 @@ def _wait_for(path: Path, proc: subprocess.Popen) -> None:
 
 
 def test_signals_stop_an_unchunked_run_after_its_call_or_at_once(uninterrupted, tmp_path):
-    """Without chunks the run is one compiled call. SIGTERM: acknowledged at once, the call
-    ends, its checkpoint is saved, exit 143, and --resume runs only the final phase (the same
-    metrics.csv). A second SIGTERM: one line saying what was kept, exit 143 at once, the
-    folder left with its plan (--resume starting over is tests/test_faults.py's)."""
-    out = tmp_path / "run"
-    proc = _start([*TINY, "--out", str(out)], tmp_path)
-    _wait_for(out / "config.yaml", proc)  # handlers are installed before the folder is made
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    lines = [x for x in err.splitlines() if x.strip()]
-    assert lines[-2].startswith("SIGTERM received: stopping when its one compiled call ends")
-    assert lines[-1].startswith("error: interrupted by SIGTERM after iteration 8; checkpoint")
-    assert checkpoint.read_record(out / "checkpoint").iterations_done == 8
-    assert not (out / "summary.json").exists()
-    assert train.main(["--resume", str(out), "--no-progress"]) == 0
-    assert (out / "metrics.csv").read_bytes() == (uninterrupted / "metrics.csv").read_bytes()
+    """A run without --chunk-iterations is still computed in calls of seconds. SIGTERM:
+    acknowledged at once; the run stops after the call it came in with a checkpoint, its
+    metrics.csv, summary.json (`interrupted`) and figure, exit 143; --resume finishes it to
+    the single call's metrics.csv. --single-call waits for its one call (iteration 8). A
+    second SIGTERM: one line saying what was kept, exit 143 at once, the folder left with
+    its plan (--resume starting over is tests/test_faults.py's)."""
+    for single, stops_after in (([], 1), (["--single-call"], 8)):
+        out = tmp_path / f"run{len(single)}"
+        proc = _start([*TINY, *single, "--out", str(out)], tmp_path)
+        _wait_for(out / "config.yaml", proc)  # handlers are installed before the folder is made
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 128 + signal.SIGTERM, err
+        lines = [x for x in err.splitlines() if x.strip()]
+        when = "when its compiled call ends" if single else "after the current call"
+        assert lines[-2].startswith(f"SIGTERM received: stopping {when}"), err
+        assert lines[-1].startswith(
+            f"error: interrupted by SIGTERM after iteration {stops_after}; checkpoint saved; "
+            "metrics.csv, summary.json and the learning curve hold them"
+        ), err
+        assert checkpoint.read_record(out / "checkpoint").iterations_done == stops_after
+        assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
+        rows = (out / "metrics.csv").read_text().splitlines()
+        assert len(rows) == 1 + 2 * stops_after
+        assert train.main(["--resume", str(out), "--no-progress"]) == 0
+        assert (out / "metrics.csv").read_bytes() == (uninterrupted / "metrics.csv").read_bytes()
+        assert json.loads((out / "summary.json").read_text())["status"] == "complete"
 
     out = tmp_path / "twice"
     proc = _start([*TINY, "--out", str(out)], tmp_path)
@@ -276,7 +302,7 @@ def test_an_interrupted_chunked_sweep_resumes_to_the_same_result(tmp_path, monke
         m.setattr(driver, "StopRequest", _AlreadySignalled)
         code = train.main([*TINY, *sweep, *CHUNK, "--out", str(parts)])
     assert code == 128 + signal.SIGTERM
-    assert checkpoint.read_record(parts / "checkpoint").iterations_done == 2
+    assert checkpoint.read_record(parts / "checkpoint").iterations_done == 1  # its first call
     assert train.main(["--resume", str(parts), "--no-progress"]) == 0
     assert (parts / "metrics.csv").read_bytes() == (whole / "metrics.csv").read_bytes()
     summary = json.loads((parts / "summary.json").read_text())

@@ -23,6 +23,7 @@ from rlax_trpo.config.fields import HParams
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.memory import every_kth_environment
 from rlax_trpo.networks import Networks, value_on, values_and_bootstrap
+from rlax_trpo.schedules import linear_decay
 from rlax_trpo.shuffle import Gathered, gathered_minibatches, gathered_sequences
 from rlax_trpo.types import Batch, Params, Trajectory
 
@@ -42,11 +43,6 @@ def set_learning_rate(opt_state: Any, learning_rate: jax.Array) -> Any:
     hyper = dict(opt_state.hyperparams)
     hyper["learning_rate"] = jnp.asarray(learning_rate, jnp.float32)
     return opt_state._replace(hyperparams=hyper)
-
-
-def linear_decay(value: jax.Array, iteration: jax.Array, num_iterations: int) -> jax.Array:
-    """`value` at `iteration` of a linear decay to 0 over `num_iterations`."""
-    return value * (1.0 - iteration.astype(jnp.float32) / num_iterations)
 
 
 def anneal(config: Config, learning_rate: jax.Array, updates: jax.Array) -> jax.Array:

@@ -67,6 +67,7 @@ def _train(args: argparse.Namespace, prog: str, multi_host: bool) -> int:
         wandb=wandb,
         log_every=args.log_every,
         keep_checkpoints=args.keep_checkpoints,
+        single_call=args.single_call,
         hard_stop=True,
     )
     return _report(result, prog)

@@ -92,6 +92,12 @@ def _population_options(group: Any) -> None:
     add("--out", type=folder, help="run folder (default runs/<algo>_<env>_<time>)")
     add("--chunk-iterations", type=int, metavar="K", help="checkpoint every K iterations")
     add(
+        "--single-call",
+        action="store_true",
+        help="each chunk (without --chunk-iterations, the whole run) as one compiled call: "
+        "fastest, but a signal waits for the call and every budget compiles anew (benchmarks)",
+    )
+    add(
         "--resume",
         type=folder,
         metavar="DIR",

@@ -96,6 +96,7 @@ def run(
     wandb: dict[str, Any] | None = None,
     log_every: int | None = None,
     keep_checkpoints: int = 2,
+    single_call: bool = False,
     hard_stop: bool = False,
 ) -> RunResult:
     """Train a population and write its run folder; every input is checked before any write.
@@ -106,9 +107,13 @@ def run(
       seeds, seed: seeds per setting (default 1) and the base PRNG seed (default 0).
       sweep: hyperparameter settings (`sweep.parse_sweeps`); each runs with every seed.
       out: the run folder (default `runs/<algorithm>_<env>_<time>`); must not hold files.
-      chunk_iterations: run in compiled chunks of this many iterations with a checkpoint
-        after each. SIGINT/SIGTERM stop a run cleanly after the current chunk (without
-        chunks: after its one compiled call) and its checkpoint.
+      chunk_iterations: a checkpoint every this many iterations (default: at the end only).
+        Every run is computed in calls of about two seconds of work (one compiled program,
+        whatever the budget); SIGINT/SIGTERM stop it after the current call with a
+        checkpoint, metrics.csv, summary.json (`status: interrupted`) and its figure.
+      single_call: compile each chunk (the whole run without `chunk_iterations`) as one
+        `lax.scan` and run it in one call: the fastest, for benchmarks; a signal stops it
+        only when that call ends, and every budget is compiled anew.
       resume: a run folder to continue from its last checkpoint.
       devices, shard: how many devices, and whether the population or each run's
         environments are split over them (`parallel`). If JAX has not started, the CPU
@@ -134,7 +139,7 @@ def run(
     if note:
         print(note, file=sys.stderr, flush=True)
     # SIGINT/SIGTERM are taken from the start (compilation included).
-    with StopRequest(hard=hard_stop, single_call=not plan.chunked) as stop:
+    with StopRequest(hard=hard_stop, single_call=plan.single_call) as stop:
         if jax.process_count() > 1:  # every process stops at the same point, after a chunk:
             stop.begin()  # one stopped at once would leave the others waiting for it
         return _drive(plan, stop)
@@ -184,10 +189,7 @@ def _stages(setup: Setup, bar: ProgressBar, stop: StopRequest) -> RunResult:
         parallel.meet("compiled")
         trained = train(setup, compiled, start, writers, stop)
         bar.close()
-        if trained.signal is not None:
-            release_folder(setup.folder, keep=True)
-            out = setup.folder.out
-            return RunResult(out, "interrupted", None, trained.metrics, None, trained.signal)
+        # an interrupted run too: its files hold what was computed (`status: interrupted`)
         evaluated = evaluate(setup, compiled, trained)
         summary = summarize(setup, compiled, trained, evaluated)
         if trained.unsaved is not None:  # the results, then one line: the state is lost
@@ -197,8 +199,10 @@ def _stages(setup: Setup, bar: ProgressBar, stop: StopRequest) -> RunResult:
         bar.close()
         close_writers(writers)
     release_folder(setup.folder, keep=True)
-    status = "diverged" if "diverged" in summary else "complete"
-    return RunResult(setup.folder.out, status, summary, trained.metrics, evaluated.state)
+    status = summary["status"]
+    return RunResult(
+        setup.folder.out, status, summary, trained.metrics, evaluated.state, trained.signal
+    )
 
 
 def build(plan: RunPlan, bar: ProgressBar) -> Program:

@@ -139,7 +139,7 @@ def summarize(
         "num_iterations": plan.total,
         "iterations_done": trained.iterations,
         "chunk_iterations": plan.chunk,
-        "compiled_run_programs": len(compiled.chunks),
+        "compiled_run_programs": len(compiled.chunks) or 1,
         "wall_seconds": trained.wall_seconds,
         "compile_seconds": compiled.compile_seconds,
         "env_steps_per_second": steps * plan.population / trained.wall_seconds,
@@ -155,6 +155,8 @@ def summarize(
     summary.update(program.summarize(counted, scores, state, plan.sweep, plan.seeds, summary))
     if diverged is not None:
         summary["diverged"] = diverged
+    status = "interrupted" if trained.signal is not None else None
+    summary["status"] = status or ("diverged" if diverged is not None else "complete")
     return summary
 
 

@@ -246,6 +246,14 @@ def run_token() -> int:
     return int(multihost_utils.broadcast_one_to_all(np.int32(os.getpid())))
 
 
+def gather_from_processes(x: np.ndarray) -> np.ndarray:
+    """Every process's `x` (the same shape in each), stacked in process order: a collective,
+    called by every process at the same point."""
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(x))
+
+
 def to_host(tree: Any) -> Any:
     """Fetch (possibly sharded, possibly multi-host) arrays as numpy, on every process."""
     if jax.process_count() > 1:

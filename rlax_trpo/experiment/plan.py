@@ -24,6 +24,7 @@ from rlax_trpo.experiment.lock import RunLock
 from rlax_trpo.experiment.population import population_initializer
 from rlax_trpo.experiment.record import RunRecord
 from rlax_trpo.experiment.resume import plan_resume as resume_plan
+from rlax_trpo.report import run_files
 from rlax_trpo.types import Program
 
 # A run's keys are drawn from its seed and (the evaluation's) seed + 1; JAX keeps a seed's
@@ -49,6 +50,7 @@ class RunPlan(NamedTuple):
     wandb: dict[str, Any] | None
     log_every: int | None
     keep_checkpoints: int = 2
+    single_call: bool = False  # each chunk one compiled `lax.scan` (benchmarks' fast path)
     start_over: bool = False  # a resumed run that had saved no checkpoint: from iteration 0
     num_iterations: int | None = None  # the Program's (`build`)
 
@@ -142,6 +144,11 @@ def plan_run(given: RunPlan) -> RunPlan:
             )
     if given.sweep is not None:
         sweeplib.check_grid(given.sweep)
+    if given.single_call and given.chunk_iterations is not None:
+        raise ConfigError(
+            f"{arg('single_call')}: the whole run is one compiled call; drop "
+            f"{arg('chunk_iterations')} (or {arg('single_call')})"
+        )
     plan = given
     if given.resume is not None:
         resume = Path(given.resume)
@@ -217,7 +224,7 @@ def check_new_folder(out: Path) -> None:
     holder = RunLock.holder(out)
     if holder is not None:
         raise ConfigError(f"{flag}: {str(out)!r} is being written by another run ({holder})")
-    if (out / "checkpoint").is_dir() and not (out / "summary.json").exists():
+    if (out / "checkpoint").is_dir() and not run_files.finished(out):
         what = f"a run that did not finish; continue it with {arg_value('resume', out)}, or"
     elif (out / "summary.json").is_file() or (out / "config.yaml").is_file():
         what = f"a finished run (`rlax-trpo eval --run {out}` evaluates it);"

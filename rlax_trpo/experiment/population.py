@@ -7,7 +7,10 @@ import weakref
 from typing import Any
 
 import jax
+import jax.extend
+import jax.numpy as jnp
 
+from rlax_trpo.schedules import traced_horizon
 from rlax_trpo.types import Program
 
 _INITIALIZERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -45,6 +48,38 @@ def population_runner(program: Program):
         return jax.vmap(lambda s, h: member_run(s, h, num_iterations))(state, hp)
 
     return run
+
+
+def population_segment(program: Program, capacity: int):
+    """`segment(state, hp, n, horizon, shared) -> (state, metrics [population, capacity])`:
+    `n` iterations (a traced int32, 1 to `capacity`) of the population, the first `n`
+    columns of each metric filled (the rest zero), schedules decaying over the traced
+    `horizon` (`rlax_trpo.schedules`). Neither the budget nor the number of iterations a
+    call runs is in the program, so one compilation serves every budget, every chunk length
+    and every resumed run. An iteration is `run(state, hp, 1)`, the same steps a whole run's
+    `lax.scan` takes, so any split into calls gives the same numbers."""
+    run = population_runner(program)
+
+    def segment(state, hp, n, horizon, shared=None):
+        step = lambda s: run(s, hp, 1, shared)
+        with traced_horizon(horizon):  # traced once (for its shapes too), replayed in the loop
+            traced, shapes = jax.make_jaxpr(step, return_shape=True)(state)
+        one = jax.extend.core.jaxpr_as_fun(traced)
+        rows = jax.tree.map(
+            lambda m: jnp.zeros((m.shape[0], capacity, *m.shape[2:]), m.dtype), shapes[1]
+        )
+
+        def body(i, carry):
+            state, rows = carry
+            state, metrics = jax.tree.unflatten(
+                jax.tree.structure(shapes), one(*jax.tree.leaves(state))
+            )
+            put = lambda r, m: jax.lax.dynamic_update_slice_in_dim(r, m, i, axis=1)
+            return state, jax.tree.map(put, rows, metrics)
+
+        return jax.lax.fori_loop(0, n, body, (state, rows))
+
+    return segment
 
 
 def population_evaluator(program: Program):

@@ -50,6 +50,7 @@ def control_program(config: Config, progress: ProgressFn | None = None) -> Progr
         summarize=summarize,
         diverged_at=lambda state: state.diverged_at,
         population_run=population_run,
+        horizon=config.num_iterations,
     )
 
 

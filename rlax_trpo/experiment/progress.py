@@ -93,8 +93,9 @@ class Interrupted(KeyboardInterrupt):
 
 
 class StopRequest:
-    """SIGINT/SIGTERM while a run goes: the first asks it to stop after the current chunk
-    (an unchunked run: after its one call) and its checkpoint; a second stops it now.
+    """SIGINT/SIGTERM while a run goes: the first asks it to stop after the current call
+    (seconds of work; a single-call run's whole call) and its checkpoint; a second stops it
+    now.
 
     Until `begin` (the driver calls it once the run is planned, built and placed, before it
     makes the run folder) nothing is written and nothing would be kept, so the first signal
@@ -172,10 +173,9 @@ class StopRequest:
             if self.signum is None:
                 self.signum = signum
             when = (
-                "when its one compiled call ends (no --chunk-iterations), then saving its "
-                "checkpoint"
+                "when its compiled call ends (--single-call), then saving its checkpoint"
                 if self.single_call
-                else "after the current chunk and its checkpoint"
+                else "after the current call (seconds), with a checkpoint and its files"
             )
             print(
                 f"{_line_start()}{name} received: stopping {when} (send it again to stop now)",

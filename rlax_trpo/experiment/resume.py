@@ -29,6 +29,7 @@ from rlax_trpo.experiment.checkpoint import (
     saved_steps,
 )
 from rlax_trpo.experiment.record import META, PLAN
+from rlax_trpo.report import run_files
 
 
 class ResumePlan(NamedTuple):
@@ -86,7 +87,7 @@ def plan_resume(run_dir: Path, config, seeds, seed, sweep) -> ResumePlan:
             f"resume with {arg('resume')} alone"
         )
     finished = record.iterations_done >= record.num_iterations or not has_step(ckpt)
-    if finished and (run_dir / "summary.json").exists():  # (no step: its state was not kept)
+    if finished and run_files.finished(run_dir):  # (no step: its state was not kept)
         raise ConfigError(f"{arg('resume')}: the run in {str(run_dir)!r} is already complete")
     start_over = record.iterations_done == 0
     if found.note is not None:

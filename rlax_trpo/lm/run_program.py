@@ -93,4 +93,5 @@ def lm_program(cfg: Config, grpo, init, accuracy, progress: Any = None, shared: 
         summarize=summarize,
         diverged_at=lambda state: None,  # GRPO for LMs applies every update
         shared=shared,
+        horizon=cfg.num_iterations,
     )

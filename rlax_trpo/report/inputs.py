@@ -63,9 +63,7 @@ def runs_in(
         what = "neither a run's summary.json nor a result of benchmarks/standard_tables.py"
         raise ReportError(f"{path}: {what} (keys task, command, date, summary)")
     if (path / "summary.json").is_file():
-        return records_of(
-            path / "summary.json", _read_json(path / "summary.json"), None, score, setting
-        )
+        return _run_records(path, score, setting)
     run = enclosing_run(path)
     if run is not None:
         raise ReportError(f"{path}: inside the run folder {run}; give the run folder")
@@ -83,8 +81,7 @@ def runs_in(
             _add(found, notes, records_of(file, data["summary"], data, score, setting))
     for sub in subfolders:
         if (sub / "summary.json").is_file():
-            summary = _read_json(sub / "summary.json")
-            _add(found, notes, records_of(sub / "summary.json", summary, None, score, setting))
+            _add(found, notes, _run_records(sub, score, setting))
         elif _unfinished(sub):
             notes.append(_skipped(sub))
     if not found and not notes:
@@ -93,6 +90,18 @@ def runs_in(
             "result published by benchmarks/standard_tables.py)"
         )
     return found, notes
+
+
+def _run_records(folder: Path, score: str | None, setting: Any) -> tuple[list, list]:
+    """A run folder's records; none, with a note, for a run a signal stopped short."""
+    summary = _read_json(folder / "summary.json")
+    if isinstance(summary, dict) and summary.get("status") == "interrupted":
+        done, total = summary.get("iterations_done"), summary.get("num_iterations")
+        return [], [
+            f"{folder}: skipped, a run interrupted after iteration {done} of {total} "
+            f"(`rlax-trpo train --resume {folder}` finishes it)"
+        ]
+    return records_of(folder / "summary.json", summary, None, score, setting)
 
 
 def _add(found: list, notes: list, more: tuple[list, list]) -> None:

@@ -242,6 +242,16 @@ def sig(x: float, digits: int = 3) -> str:
     return text[1:] if float(text) == 0 else text
 
 
+def finished(folder: Path) -> bool:
+    """Whether the run folder holds a finished run's summary.json (not an interrupted one's,
+    which `--resume` finishes)."""
+    try:
+        summary = json.loads((folder / "summary.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return not (isinstance(summary, dict) and summary.get("status") == "interrupted")
+
+
 def format_summary(summary: Mapping[str, Any], out: Path) -> str:
     """The lines printed at the end of a run: speed, the result (for a sweep: the best
     setting with its IQM interval, then a line per setting), and the run folder."""
@@ -299,11 +309,13 @@ def format_outcome(result: Any, resume: str | None = None) -> tuple[str, str, in
         name = signal.Signals(result.signal).name
         done = next(iter(result.metrics.values())).shape[1]
         resume = resume or f"rlax-trpo train --resume {result.out}"
+        kept = "metrics.csv, summary.json and the learning curve hold them"
+        kept = kept if result.summary else ""
         return (
             "",
             (
-                f"error: interrupted by {name} after iteration {done}; checkpoint saved; resume "
-                f"with: {resume}\n"
+                f"error: interrupted by {name} after iteration {done}; checkpoint saved"
+                f"{'; ' + kept if kept else ''}; resume with: {resume}\n"
             ),
             128 + result.signal,
         )
