@@ -6,8 +6,16 @@ JAX_COMPILATION_CACHE_DIR) and runs, each as a fresh process as a user types it:
 
     python train.py --out A [overrides]        cold: compiles every program, fills the cache
     python train.py --out B [overrides]        warm: the same config into another folder
+    python train.py --out E --single-call [overrides]   one lax.scan: its training seconds
+    python train.py --out C [overrides] total_env_steps=50000    budget cold (a cache of its own)
+    python train.py --out D [overrides] total_env_steps=100000   budget warm (--budgets A,B)
     python train.py eval --run A               cold (its own empty cache folder)
     python train.py eval --run A               warm
+
+The budget pair is the claim that a change of budget is a cache read (the iteration count
+of a call and the annealing horizon are inputs of the one segment program); B against E is
+what computing a run in segment calls costs against one `lax.scan` (summary.json's
+`wall_seconds`, compilation excluded).
 
 and records `compile_seconds` from each run's summary.json; for every command, its wall time
 and what jax reports of its compilation (`jax.monitoring`): tracing, lowering to MLIR, and
@@ -73,15 +81,24 @@ def command(argv: list[str], cache_home: Path) -> dict:
     return {"wall_seconds": round(wall, 1), "load_average": round(load, 2), **jax_seconds}
 
 
-def repeat(scratch: Path, overrides: list[str]) -> dict:
+def repeat(scratch: Path, overrides: list[str], budgets: tuple[int, int]) -> dict:
     """Cold and warm training, then cold and warm evaluation of the cold run's folder."""
-    a, b = scratch / "a", scratch / "b"
+    a = scratch / "a"
     train_cache, eval_cache = scratch / "train_cache", scratch / "eval_cache"
+    budget_cache = scratch / "budget_cache"
     figures = {}
-    for name, out in (("train_cold", a), ("train_warm", b)):
-        figures[name] = command(["--out", str(out), *overrides], train_cache)
+    for name, cache, more in (
+        ("train_cold", train_cache, []),
+        ("train_warm", train_cache, []),
+        ("train_single_call", train_cache, ["--single-call"]),
+        ("budget_cold", budget_cache, [f"total_env_steps={budgets[0]}"]),
+        ("budget_warm", budget_cache, [f"total_env_steps={budgets[1]}"]),
+    ):
+        out = a if name == "train_cold" else scratch / name
+        figures[name] = command(["--out", str(out), *overrides, *more], cache)
         summary = json.loads((out / "summary.json").read_text())
         figures[name]["compile_seconds"] = round(summary["compile_seconds"], 2)
+        figures[name]["train_seconds"] = round(summary["wall_seconds"], 2)
     for name in ("eval_cold", "eval_warm"):
         figures[name] = command(["eval", "--run", str(a)], eval_cache)
         jax_seconds = ("trace", "lower", "compile_or_read")
@@ -93,13 +110,18 @@ def repeat(scratch: Path, overrides: list[str]) -> dict:
 
 
 def summarize(repeats: list[dict]) -> dict:
-    """Per repeat, warm compile seconds over cold; their median."""
+    """Per repeat, warm compile seconds over cold (the budget pair's too) and segmented
+    training seconds over the single call's; their medians."""
     ratios = {}
-    for kind in ("train", "eval"):
+    for kind in ("train", "eval", "budget"):
         each = [r[f"{kind}_warm"]["compile_seconds"] / r[f"{kind}_cold"]["compile_seconds"]
                 for r in repeats]  # fmt: skip
         ratios[f"{kind}_warm_over_cold"] = [round(x, 3) for x in each]
         ratios[f"{kind}_warm_over_cold_median"] = round(statistics.median(each), 3)
+    each = [r["train_warm"]["train_seconds"] / r["train_single_call"]["train_seconds"]
+            for r in repeats]  # fmt: skip
+    ratios["segments_over_single_call_train_seconds"] = [round(x, 3) for x in each]
+    ratios["segments_over_single_call_train_seconds_median"] = round(statistics.median(each), 3)
     return ratios
 
 
@@ -107,16 +129,22 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", type=Path)
+    p.add_argument("--budgets", default="50000,100000", metavar="A,B",
+                   help="total_env_steps of the budget pair (after the overrides)")  # fmt: skip
     p.add_argument("overrides", nargs="*", metavar="key=value", help="added to train commands")
     args = p.parse_args()
+    budgets = tuple(int(x) for x in args.budgets.split(","))
+    if len(budgets) != 2:
+        p.error("--budgets takes two budgets: A,B")
     repeats = []
     for i in range(args.repeats):
         with tempfile.TemporaryDirectory(prefix="compile-cache-") as scratch:
-            repeats.append(repeat(Path(scratch), args.overrides))
+            repeats.append(repeat(Path(scratch), args.overrides, budgets))
         print(json.dumps({"repeat": i, **repeats[-1]}), flush=True)
     publish(
         "compile_cache",
-        {"cores": os.cpu_count(), "overrides": args.overrides, **summarize(repeats),
+        {"cores": os.cpu_count(), "overrides": args.overrides, "budgets": list(budgets),
+         **summarize(repeats),
          "repeats": repeats},
         args.json,
     )  # fmt: skip

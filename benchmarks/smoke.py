@@ -41,7 +41,14 @@ SMOKE = {
          "--holdout", "--train", "trpo_cartpole", *TINY_RUN],
         (),
     ),
-    "compile_cache.py": ([PY, "benchmarks/compile_cache.py", "--repeats", "1", *TINY_RUN], ()),
+    "stop_latency.py": (
+        [PY, "benchmarks/stop_latency.py", "--repeats", "1", "--delay", "0", *TINY_RUN],
+        (),
+    ),
+    "compile_cache.py": (
+        [PY, "benchmarks/compile_cache.py", "--repeats", "1", "--budgets", "512,1024", *TINY_RUN],
+        (),
+    ),
     "cpu_linalg.py": (
         [PY, "benchmarks/cpu_linalg.py", "--programs", "brax_inverted_pendulum", "--seeds", "1",
          "--repeats", "1", "total_env_steps=2048", "num_envs=4", "num_steps=16"],

@@ -503,10 +503,13 @@ def test_every_combination_of_runs_gives_a_report_that_says_what_it_skipped(tmp_
 
 @needs_rliable
 def test_an_unfinished_run_is_skipped_with_a_note(tmp_path, capsys):
-    """A run folder without summary.json (still running, or stopped) is left out, one note
-    line per run, printed and in report.md; with no finished run at all, one line."""
+    """A run folder without summary.json (still running, or stopped), or whose summary.json
+    a signal wrote (`status: interrupted`), is left out, one note line per run, printed and
+    in report.md; with no finished run at all, one line."""
     runs = tmp_path / "runs"
     _run_folder(runs / "done", "ppo", "A", [1.0, 2.0, 3.0, 4.0])
+    cut = _run_folder(runs / "cut", "ppo", "A", [9.0], status="interrupted", iterations_done=3,
+                      num_iterations=8)  # fmt: skip
     stopped, going = _unfinished(runs / "stopped"), _unfinished(tmp_path / "going")
     (runs / "tensorboard").mkdir()  # not a run folder: nothing to say
     out = tmp_path / "report"
@@ -519,6 +522,8 @@ def test_an_unfinished_run_is_skipped_with_a_note(tmp_path, capsys):
             f"stopped; `rlax-trpo train --resume {run}` finishes it)"
         )
         assert stdout.count(f"note: {note}\n") == 1 and md.count(f"- {note}\n") == 1, stdout
+    note = f"{cut}: skipped, a run interrupted after iteration 3 of 8"
+    assert stdout.count(f"note: {note}") == 1 and md.count(f"- {note}") == 1, stdout
     assert "tensorboard" not in stdout
     code, stdout, err = _report([going, "--out", tmp_path / "none"], capsys)
     assert code == 2 and stdout == "" and len(err.splitlines()) == 1, err

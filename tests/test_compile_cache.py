@@ -8,6 +8,7 @@ process here runs with an environment of its own, without it, and with XDG_CACHE
 temporary folder (never the user's ~/.cache)."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -71,6 +72,25 @@ def test_the_command_reads_the_programs_back(trained, tmp_path):
     # The same programs, none compiled again: every one was read from the cache (a program
     # compiled would have been written: there is no minimum compile time or size).
     assert _entries(home / "rlax_trpo" / "jax") == before
+
+
+def test_another_budget_or_chunk_length_reads_the_programs_back(trained, tmp_path):
+    """A call's iteration count and the annealing horizon (`anneal_lr` is on) are inputs of
+    the one segment program: another `total_env_steps`, or `--chunk-iterations`, compiles
+    none of the run's programs again (the host's small eager ones on arrays of the new
+    length, e.g. the metrics' conversions, are another matter: milliseconds each)."""
+    _, home, _ = trained
+    shutil.copytree(home, tmp_path / "xdg")
+    _run(["train.py", "--out", str(tmp_path / "first"), *TINY], tmp_path / "xdg")
+    before = _entries(tmp_path / "xdg" / "rlax_trpo" / "jax")
+    tiny = [x for x in TINY if not x.startswith("total_env_steps")]
+    for i, more in enumerate(
+        (["total_env_steps=320"], ["total_env_steps=256", "--chunk-iterations", "3"])
+    ):
+        _run(["train.py", "--out", str(tmp_path / f"run{i}"), *tiny, *more], tmp_path / "xdg")
+    new = _entries(tmp_path / "xdg" / "rlax_trpo" / "jax") - before
+    programs = ("jit_run-", "jit_init_population-", "jit_evaluate_population-")
+    assert [name for name in new if name.startswith(programs)] == [], new
 
 
 def test_eval_caches_by_default(trained, tmp_path):

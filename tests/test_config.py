@@ -25,7 +25,7 @@ from rlax_trpo.config import (
 )
 from rlax_trpo.config.sweep import MAX_SETTINGS, Sweep, parse_sweeps
 from rlax_trpo.errors import ConfigError, RunFailed
-from rlax_trpo.experiment import driver, plan
+from rlax_trpo.experiment import driver, memory_check, plan
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -487,7 +487,7 @@ def test_a_population_the_host_cannot_hold_is_refused_before_anything_is_allocat
     (here 1 kB): one line with the estimate, exit 2, nothing written."""
     from rlax_trpo.experiment import parallel
 
-    monkeypatch.setattr(plan, "host_memory_available", lambda: 1000)
+    monkeypatch.setattr(memory_check, "host_memory_available", lambda: 1000)
     placed = []  # nothing is put on a device before the check (keys, settings: 100M seeds' GBs)
     monkeypatch.setattr(parallel, "put", lambda *args: placed.append(args) or args[0])
     out = tmp_path / "run"
@@ -512,13 +512,13 @@ def test_on_a_gpu_the_memory_is_the_devices_own(monkeypatch):
     config = Config.create(total_env_steps=256)
     program = driver.make_program(config)
     checked = _plan(config, seeds=64)._replace(num_iterations=program.num_iterations)
-    monkeypatch.setattr(plan.jax, "devices", lambda: [_FakeGPU()])
+    monkeypatch.setattr(memory_check.jax, "devices", lambda: [_FakeGPU()])
     with pytest.raises(
         ConfigError, match=r"more than the 1.0 MB of 1 GPU device\(s\) \(Fake GPU\)"
     ):
-        plan.check_memory(checked, program)
+        memory_check.check_memory(checked, program)
     monkeypatch.setattr(_FakeGPU, "memory_stats", lambda self: None)  # says nothing: no check
-    plan.check_memory(checked, program)
+    memory_check.check_memory(checked, program)
 
 
 def test_a_signal_before_the_run_begins_stops_it_at_once(tmp_path, monkeypatch):

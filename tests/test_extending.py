@@ -152,7 +152,7 @@ def test_the_pages_example_runs_from_the_command_line(project):
         cwd=project, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     # config.yaml appears once the signal handlers are installed (before compilation); the
-    # run stops cleanly after its first chunk of 8 iterations.
+    # run stops cleanly after the call the signal came in (seconds).
     deadline = time.time() + 300
     while not (chunked / "config.yaml").exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
@@ -160,7 +160,7 @@ def test_the_pages_example_runs_from_the_command_line(project):
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
     assert "interrupted by SIGINT" in err and "--resume" in err
-    assert 8 <= checkpoint.read_meta(chunked / "checkpoint")["iterations_done"] < 32
+    assert 1 <= checkpoint.read_meta(chunked / "checkpoint")["iterations_done"] < 32
     resumed = command(project, "train", "--resume", str(chunked), "--no-progress")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert (chunked / "metrics.csv").read_bytes() == (run / "metrics.csv").read_bytes()

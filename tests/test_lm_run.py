@@ -75,13 +75,14 @@ def test_lm_run_folder_chunks_resume_and_eval(tmp_path, capsys, monkeypatch):
     rows = (whole / "metrics.csv").read_text().strip().splitlines()
     assert len(rows) == 1 + 2 * 4 and "eval/greedy_accuracy" in rows[0]
 
-    # Interrupted after its first chunk of 2, then resumed: the same metrics, bit for bit.
+    # Interrupted after its first call (1 iteration), then resumed: the same metrics, bit for
+    # bit; the interrupted run's summary.json says so.
     parts = tmp_path / "parts"
     with monkeypatch.context() as m:
         m.setattr(driver, "StopRequest", _AlreadySignalled)
         code = train.main([*TINY, "--chunk-iterations", "2", "--out", str(parts)])
     assert code == 128 + signal.SIGTERM
-    assert not (parts / "summary.json").exists()
+    assert json.loads((parts / "summary.json").read_text())["status"] == "interrupted"
     assert train.main(["--resume", str(parts), "--no-progress"]) == 0
     assert (parts / "metrics.csv").read_bytes() == (whole / "metrics.csv").read_bytes()
 

@@ -106,6 +106,29 @@ def test_interrupted_two_process_run_resumes(single, tmp_path):
     np.testing.assert_allclose(s["final_return_per_seed"], s1["final_return_per_seed"])
 
 
+@pytest.mark.parametrize("which", [0, 1])
+def test_a_signal_to_either_process_stops_both_after_the_same_call(single, which, tmp_path):
+    """SIGTERM to one process only (its command: the supervisor, which passes it on): the
+    processes agree after every segment call, so both stop after the same one, save its
+    checkpoint together, write the run's files and exit 143; --resume on both finishes the
+    run as one process does."""
+    out = tmp_path / "run"
+    procs = _start_pair([*TINY, "--out", str(out)])
+    deadline = time.time() + 120
+    while not (out / "config.yaml").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    procs[which].send_signal(signal.SIGTERM)  # before the first call ends: it stops after it
+    for code, _, err in _wait(procs, timeout=120):
+        assert code == 128 + signal.SIGTERM, err[-3000:]
+    done = checkpoint.read_record(out / "checkpoint").iterations_done
+    assert done == 1 and _summary(out)["status"] == "interrupted"
+    for code, _, err in _wait(_start_pair(["--resume", str(out), "--no-progress"])):
+        assert code == 0, err[-3000:]
+    s, s1 = _summary(out), _summary(single)
+    assert s["status"] == "complete" and s["iterations_done"] == s1["iterations_done"] == 4
+    np.testing.assert_allclose(s["final_return_per_seed"], s1["final_return_per_seed"])
+
+
 def test_a_killed_peer_ends_the_other_within_the_peer_timeout_in_one_line(tmp_path):
     """kill -9 of one process mid-run (its command: the supervisor, whose training child dies
     with it): the other ends within --peer-timeout (plus the runtime's few seconds) with one

@@ -130,13 +130,14 @@ def test_load_policy_loads_the_member_the_summary_names(pbt_run, tmp_path):
 
 
 def test_a_killed_and_resumed_pbt_run_writes_the_same_metrics(pbt_run, tmp_path, monkeypatch):
-    # checkpoints every 2 iterations, steps every 3: a fitness window spans a checkpoint
+    # stopped after its first call (iteration 1), steps every 3: a fitness window spans the
+    # checkpoint it resumes from
     parts = tmp_path / "parts"
     with monkeypatch.context() as m:
         m.setattr(driver, "StopRequest", _AlreadySignalled)
         code = train.main([*RUN, "--chunk-iterations", "2", "--out", str(parts)])
     assert code == 128 + signal.SIGTERM
-    assert checkpoint.read_record(parts / "checkpoint").iterations_done == 2
+    assert checkpoint.read_record(parts / "checkpoint").iterations_done == 1
     assert train.main(["--resume", str(parts), "--no-progress"]) == 0
     assert (parts / "metrics.csv").read_bytes() == (pbt_run / "metrics.csv").read_bytes()
 

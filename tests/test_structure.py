@@ -167,6 +167,7 @@ FLOORS = [
             "memory",
             "small_linalg",
             "platform",
+            "schedules",
         },
     ),
     ("environments", {"envs"}),

@@ -53,11 +53,11 @@ from rlax_trpo.experiment.folder import (
     stopping_now,
     summarize,
 )
+from rlax_trpo.experiment.memory_check import check_memory
 from rlax_trpo.experiment.plan import (
     Placement,
     RunPlan,
     Setup,
-    check_memory,
     plan_run,
     unplaced,
 )
@@ -69,8 +69,9 @@ from rlax_trpo.types import Program
 
 
 class RunResult(NamedTuple):
-    """What `run` returns. `status`: "complete", "diverged" or "interrupted" (by a signal,
-    after a checkpoint; `signal` names it). Arrays are host numpy, population first."""
+    """What `run` returns. `status` (also summary.json's): "complete", "diverged" or
+    "interrupted" (by a signal, after a checkpoint; `signal` names it; the summary, metrics
+    and state are those of the iterations done). Arrays are host numpy, population first."""
 
     out: Path
     status: str
@@ -107,13 +108,10 @@ def run(
       seeds, seed: seeds per setting (default 1) and the base PRNG seed (default 0).
       sweep: hyperparameter settings (`sweep.parse_sweeps`); each runs with every seed.
       out: the run folder (default `runs/<algorithm>_<env>_<time>`); must not hold files.
-      chunk_iterations: a checkpoint every this many iterations (default: at the end only).
-        Every run is computed in calls of about two seconds of work (one compiled program,
-        whatever the budget); SIGINT/SIGTERM stop it after the current call with a
-        checkpoint, metrics.csv, summary.json (`status: interrupted`) and its figure.
-      single_call: compile each chunk (the whole run without `chunk_iterations`) as one
-        `lax.scan` and run it in one call: the fastest, for benchmarks; a signal stops it
-        only when that call ends, and every budget is compiled anew.
+      chunk_iterations: a checkpoint every this many iterations (default: at the end). A run
+        is calls of about 2 s of one compiled program (any budget); SIGINT/SIGTERM stop it
+        after the current call, with a checkpoint and its files (`status: interrupted`).
+      single_call: each chunk one `lax.scan` and call: fastest, for benchmarks.
       resume: a run folder to continue from its last checkpoint.
       devices, shard: how many devices, and whether the population or each run's
         environments are split over them (`parallel`). If JAX has not started, the CPU

@@ -69,8 +69,7 @@ def _wandb_can_log() -> bool:
 
 def default_log_every(total: int) -> int:
     """About a tenth of the run: the divisor of `total` nearest total / 10 between a fifth
-    and a twentieth of it (so that every chunk has one length, compiled once), else
-    ceil(total / 10)."""
+    and a twentieth of it (equal chunks), else ceil(total / 10)."""
     target = total / 10
     divisors = [d for d in range(max(1, total // 20), max(1, total // 5) + 1) if total % d == 0]
     if divisors:

@@ -2,13 +2,10 @@
 `plan_run` before anything is written or started), `Placement` (the population on the
 devices), `Folder` (the run folder) and `Setup` (what the first stages decided, for the
 later ones). Every stage module of `rlax_trpo.experiment` imports its records from here.
-`check_memory` refuses, before anything is compiled or allocated, what cannot fit at all.
 """
 
 from __future__ import annotations
 
-import math
-import os
 import sys
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -19,9 +16,8 @@ import numpy as np
 from rlax_trpo.config import sweep as sweeplib
 from rlax_trpo.config.checks import INT32_MAX
 from rlax_trpo.errors import ConfigError, arg, arg_value
-from rlax_trpo.experiment import loggers, parallel
+from rlax_trpo.experiment import loggers
 from rlax_trpo.experiment.lock import RunLock
-from rlax_trpo.experiment.population import population_initializer
 from rlax_trpo.experiment.record import RunRecord
 from rlax_trpo.experiment.resume import plan_resume as resume_plan
 from rlax_trpo.report import run_files
@@ -125,30 +121,7 @@ class Setup(NamedTuple):
 def plan_run(given: RunPlan) -> RunPlan:
     """`run`'s arguments checked (one-line ConfigError) and completed: defaults, and a
     resumed run's from its checkpoint. Nothing is written."""
-    for flag, value in (
-        ("seeds", given.seeds),
-        ("chunk_iterations", given.chunk_iterations),
-        ("log_every", given.log_every),
-        ("keep_checkpoints", given.keep_checkpoints),
-    ):
-        if value is not None and value < 1:
-            raise ConfigError(f"{arg(flag)}: must be a positive integer (got {value})")
-    if given.seed is not None and not 0 <= given.seed <= MAX_SEED:
-        raise ConfigError(
-            f"{arg('seed')}: must be an integer from 0 to {MAX_SEED} (got {given.seed})"
-        )
-    for flag, path in (("out", given.out), ("resume", given.resume)):
-        if path is not None and not str(path).strip():
-            raise ConfigError(
-                f"{arg(flag)}: an empty path (it would be the current directory); give a folder"
-            )
-    if given.sweep is not None:
-        sweeplib.check_grid(given.sweep)
-    if given.single_call and given.chunk_iterations is not None:
-        raise ConfigError(
-            f"{arg('single_call')}: the whole run is one compiled call; drop "
-            f"{arg('chunk_iterations')} (or {arg('single_call')})"
-        )
+    check_arguments(given)
     plan = given
     if given.resume is not None:
         resume = Path(given.resume)
@@ -186,6 +159,34 @@ def plan_run(given: RunPlan) -> RunPlan:
     )
     check_population(plan)
     return plan
+
+
+def check_arguments(given: RunPlan) -> None:
+    """The arguments of `run` that are checked on their own (one-line ConfigError)."""
+    for flag, value in (
+        ("seeds", given.seeds),
+        ("chunk_iterations", given.chunk_iterations),
+        ("log_every", given.log_every),
+        ("keep_checkpoints", given.keep_checkpoints),
+    ):
+        if value is not None and value < 1:
+            raise ConfigError(f"{arg(flag)}: must be a positive integer (got {value})")
+    if given.seed is not None and not 0 <= given.seed <= MAX_SEED:
+        raise ConfigError(
+            f"{arg('seed')}: must be an integer from 0 to {MAX_SEED} (got {given.seed})"
+        )
+    for flag, path in (("out", given.out), ("resume", given.resume)):
+        if path is not None and not str(path).strip():
+            raise ConfigError(
+                f"{arg(flag)}: an empty path (it would be the current directory); give a folder"
+            )
+    if given.sweep is not None:
+        sweeplib.check_grid(given.sweep)
+    if given.single_call and given.chunk_iterations is not None:
+        raise ConfigError(
+            f"{arg('single_call')}: the whole run is one compiled call; drop "
+            f"{arg('chunk_iterations')} (or {arg('single_call')})"
+        )
 
 
 def check_population(plan: RunPlan) -> None:
@@ -233,124 +234,8 @@ def check_new_folder(out: Path) -> None:
     raise ConfigError(f"{flag}: {str(out)!r} holds {what} choose another folder")
 
 
-# The loops over epochs that stack, per epoch, its key and a float32 per minibatch of each of
-# their losses (`epochs_of_minibatches`): the loss and the gradient's norm; the critic's loss.
-EPOCH_LOOPS = (("num_epochs", "num_minibatches", 2), ("value_epochs", "value_minibatches", 1))
-
-
-def check_memory(plan: RunPlan, program: Program) -> None:
-    """Refuse, in one line, a population that cannot fit: its state (the shapes of the
-    vmapped `program.init`, traced without allocating anything) and one rollout (each step's
-    observations, before and after the step, and four scalars), or its epochs' keys and
-    losses, exceed the memory of its devices (CPU: the host's available memory; otherwise
-    `memory_stats`). Only what cannot fit is refused; a device that reports nothing is not."""
-    num_devices = parallel.choose_num_devices(
-        plan.devices, plan.population, program.num_envs, plan.shard
-    )
-    abstract = _population_state(plan, program)
-    state, obs = _tree_bytes(abstract), getattr(abstract, "obs", None)
-    state += _tree_bytes(unplaced(program.shared))  # one copy of what the members share
-    steps = getattr(plan.config, "num_steps", 0)
-    per_step = 2 * _tree_bytes(obs) + 10 * plan.population * (program.num_envs or 0)
-    rollout = steps * per_step if obs is not None else 0
-    available, where, share = _device_memory(num_devices)
-    state, rollout = int(state * share), int(rollout * share)  # this process's devices' part
-    if available is None:
-        return
-    if state + rollout > available:
-        raise ConfigError(
-            f"{arg('seeds')}: {len(plan.settings)} setting(s) x {plan.seeds} seed(s) = "
-            f"{plan.population} member(s) need at least {_size(state + rollout)} (state "
-            f"{_size(state)}, one rollout {_size(rollout)}), more than the {_size(available)} "
-            f"{where}; use fewer seeds or settings, or a smaller num_envs x num_steps or network"
-        )
-    for epochs, minibatches, floats in EPOCH_LOOPS:  # each epoch's key (8 bytes) and losses
-        e, m = getattr(plan.config, epochs, None), getattr(plan.config, minibatches, None) or 1
-        held = int(plan.population * (e or 0) * (8 + 4 * floats * m) * share)
-        if isinstance(e, int) and held > available:
-            raise ConfigError(
-                f"{epochs}: {e} epochs x {m} minibatches hold at least {_size(held)} per "
-                f"iteration for {plan.population} member(s) (each epoch's key and losses), more "
-                f"than the {_size(available)} {where}; use fewer {epochs}"
-            )
-
-
-def _population_state(plan: RunPlan, program: Program) -> Any:
-    """The shapes and dtypes of the population's initial state (`jax.eval_shape`)."""
-    key_data = jax.eval_shape(
-        lambda: jax.random.key_data(jax.random.split(jax.random.key(0), plan.population))
-    )
-    hparams = jax.tree.map(
-        lambda _: jax.ShapeDtypeStruct((plan.population,), np.float32), program.hparams
-    )
-    shared = unplaced(program.shared)
-    return jax.eval_shape(population_initializer(program), key_data, hparams, shared)
-
-
 def unplaced(tree: Any) -> Any:
     """Shapes and dtypes of `tree`'s arrays without their placement: what the run's `init` is
     traced with (once, cached by jax) for the memory check, the placement and compilation."""
     dtype = lambda x: x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), dtype(x)), tree)
-
-
-def _tree_bytes(tree: Any) -> int:
-    return sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(tree))  # keys too
-
-
-def _device_memory(num_devices: int) -> tuple[int | None, str, float]:
-    """The memory this process's devices of the run can use, where it is, and their share of
-    the run's devices: the host's available memory for CPU devices (which share it), else
-    the devices' allocator limits less what is in use; None when they do not say."""
-    mine = [d for d in jax.devices()[:num_devices] if d.process_index == jax.process_index()]
-    if not mine:
-        return None, "", 0.0
-    share = len(mine) / num_devices
-    if mine[0].platform == "cpu":
-        return host_memory_available(), "available on this host", share
-    stats = [d.memory_stats() or {} for d in mine]
-    if not all("bytes_limit" in s for s in stats):
-        return None, "", share
-    free = sum(s["bytes_limit"] - s.get("bytes_in_use", 0) for s in stats)
-    kind = f"{mine[0].platform.upper()} device(s) ({mine[0].device_kind})"
-    return free, f"of {len(mine)} {kind}", share
-
-
-def host_memory_available() -> int | None:
-    """Bytes of memory the host can still give this process: the kernel's estimate
-    (`MemAvailable`), capped by a container's limit (cgroup v2 or v1); None if unknown."""
-    limits = []
-    meminfo = _read("/proc/meminfo")
-    for line in (meminfo or "").splitlines():
-        if line.startswith("MemAvailable:"):
-            limits.append(int(line.split()[1]) * 1024)
-    v1 = "/sys/fs/cgroup/memory/memory."
-    for limit_file, usage_file in (
-        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-        (f"{v1}limit_in_bytes", f"{v1}usage_in_bytes"),
-    ):
-        limit, usage = _read(limit_file), _read(usage_file)
-        if limit and usage and limit.strip().isdigit() and usage.strip().isdigit():
-            limits.append(int(limit) - int(usage))
-    if not limits and hasattr(os, "sysconf"):
-        try:
-            limits.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
-        except (ValueError, OSError):
-            pass
-    return max(min(limits), 0) if limits else None
-
-
-def _read(path: str) -> str | None:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return None
-
-
-def _size(n: int) -> str:
-    """Bytes for people: 1.5 GB, 3.2 TB (powers of 1000)."""
-    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
-        if n < 1000 or unit == "PB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n} B"

@@ -58,10 +58,10 @@ def population_segment(program: Program, capacity: int):
     call runs is in the program, so one compilation serves every budget, every chunk length
     and every resumed run. An iteration is `run(state, hp, 1)`, the same steps a whole run's
     `lax.scan` takes, so any split into calls gives the same numbers."""
-    run = population_runner(program)
+    runner = population_runner(program)
 
-    def segment(state, hp, n, horizon, shared=None):
-        step = lambda s: run(s, hp, 1, shared)
+    def run(state, hp, n, horizon, shared=None):  # named as the single call's (`jit_run`)
+        step = lambda s: runner(s, hp, 1, shared)
         with traced_horizon(horizon):  # traced once (for its shapes too), replayed in the loop
             traced, shapes = jax.make_jaxpr(step, return_shape=True)(state)
         one = jax.extend.core.jaxpr_as_fun(traced)
@@ -79,7 +79,7 @@ def population_segment(program: Program, capacity: int):
 
         return jax.lax.fori_loop(0, n, body, (state, rows))
 
-    return segment
+    return run
 
 
 def population_evaluator(program: Program):
