@@ -132,30 +132,38 @@ def test_signals_stop_an_unchunked_run_after_its_call_or_at_once(uninterrupted, 
     """A run without --chunk-iterations is still computed in calls of seconds. SIGTERM:
     acknowledged at once; the run stops after the call it came in with a checkpoint, its
     metrics.csv, summary.json (`interrupted`) and figure, exit 143; --resume finishes it to
-    the single call's metrics.csv. --single-call waits for its one call (iteration 8). A
+    the single call's metrics.csv. --single-call waits for its one call, after which the
+    training is done: the run finishes as it would have (exit 0, nothing to resume). A
     second SIGTERM: one line saying what was kept, exit 143 at once, the folder left with
     its plan (--resume starting over is tests/test_faults.py's)."""
-    for single, stops_after in (([], 1), (["--single-call"], 8)):
-        out = tmp_path / f"run{len(single)}"
-        proc = _start([*TINY, *single, "--out", str(out)], tmp_path)
-        _wait_for(out / "config.yaml", proc)  # handlers are installed before the folder is made
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 128 + signal.SIGTERM, err
-        lines = [x for x in err.splitlines() if x.strip()]
-        when = "when its compiled call ends" if single else "after the current call"
-        assert lines[-2].startswith(f"SIGTERM received: stopping {when}"), err
-        assert lines[-1].startswith(
-            f"error: interrupted by SIGTERM after iteration {stops_after}; checkpoint saved; "
-            "metrics.csv, summary.json and the learning curve hold them"
-        ), err
-        assert checkpoint.read_record(out / "checkpoint").iterations_done == stops_after
-        assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
-        rows = (out / "metrics.csv").read_text().splitlines()
-        assert len(rows) == 1 + 2 * stops_after
-        assert train.main(["--resume", str(out), "--no-progress"]) == 0
-        assert (out / "metrics.csv").read_bytes() == (uninterrupted / "metrics.csv").read_bytes()
-        assert json.loads((out / "summary.json").read_text())["status"] == "complete"
+    out = tmp_path / "run"
+    proc = _start([*TINY, "--out", str(out)], tmp_path)
+    _wait_for(out / "config.yaml", proc)  # handlers are installed before the folder is made
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert lines[-2].startswith("SIGTERM received: stopping after the current call"), err
+    assert lines[-1].startswith(
+        "error: interrupted by SIGTERM after iteration 1; checkpoint saved; metrics.csv, "
+        "summary.json and the learning curve hold them; resume with: "
+    ), err
+    assert checkpoint.read_record(out / "checkpoint").iterations_done == 1
+    assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
+    assert len((out / "metrics.csv").read_text().splitlines()) == 1 + 2  # 2 seeds
+    assert train.main(["--resume", str(out), "--no-progress"]) == 0
+    assert (out / "metrics.csv").read_bytes() == (uninterrupted / "metrics.csv").read_bytes()
+    assert json.loads((out / "summary.json").read_text())["status"] == "complete"
+
+    out = tmp_path / "single"
+    proc = _start([*TINY, "--single-call", "--out", str(out)], tmp_path)
+    _wait_for(out / "config.yaml", proc)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "SIGTERM received: stopping when its compiled call ends" in err, err
+    assert json.loads((out / "summary.json").read_text())["status"] == "complete"
+    assert (out / "metrics.csv").read_bytes() == (uninterrupted / "metrics.csv").read_bytes()
 
     out = tmp_path / "twice"
     proc = _start([*TINY, "--out", str(out)], tmp_path)

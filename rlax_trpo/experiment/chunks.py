@@ -235,8 +235,8 @@ def train(
                 if not _only_in_memory(setup, done):
                     raise  # an earlier checkpoint is kept: --resume computes the rest again
                 unsaved = err  # the final phase goes on: its small files keep the results
-        # --resume finishes it (the final phase too); an unsaved end is finished now
-        if signum is not None and unsaved is None:
+        # --resume finishes it; a run whose training is done (or unsaved) is finished now
+        if signum is not None and unsaved is None and done < plan.total:
             return Trained(state, history[0], done, wall_s, signum)
         stopping = at_checkpoint and done < plan.total
         if stopping and plan.chunked and _all_diverged(setup, history[0], state):
