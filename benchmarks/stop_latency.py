@@ -115,7 +115,7 @@ def repeat(scratch: Path, overrides: list[str], delay: float, sig: int) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--delay", type=float, default=3.0, help="seconds of training before it")
+    p.add_argument("--delay", type=float, default=1.0, help="seconds of training before it")
     p.add_argument("--signal", choices=("SIGINT", "SIGTERM"), default="SIGINT")
     p.add_argument("--json", type=Path)
     p.add_argument("overrides", nargs="*", metavar="key=value", help="added to train commands")
