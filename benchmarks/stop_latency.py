@@ -92,7 +92,8 @@ def stopped(out: Path, overrides: list[str], delay: float, sig: int, single: boo
             "learning_curve.png": (out / "learning_curve.png").is_file(),
             "checkpoint": (ckpt / "LATEST").is_file(),
         },
-        "last_line": err.strip().splitlines()[-1] if err.strip() else "",
+        # the scratch folder's path left out: the file names no machine's folders
+        "last_line": (err.strip().splitlines() or [""])[-1].replace(str(out.parent), "<scratch>"),
     }  # fmt: skip
 
 
