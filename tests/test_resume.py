@@ -128,7 +128,7 @@ def _wait_for(path: Path, proc: subprocess.Popen) -> None:
         time.sleep(0.05)
 
 
-def test_signals_stop_an_unchunked_run_after_its_call_or_at_once(uninterrupted, tmp_path):
+def test_signals_stop_an_unchunked_run_after_its_call_or_at_once(uninterrupted, tmp_path, capsys):
     """A run without --chunk-iterations is still computed in calls of seconds. SIGTERM:
     acknowledged at once; the run stops after the call it came in with a checkpoint, its
     metrics.csv, summary.json (`interrupted`) and figure, exit 143; --resume finishes it to
@@ -151,6 +151,8 @@ def test_signals_stop_an_unchunked_run_after_its_call_or_at_once(uninterrupted, 
     assert checkpoint.read_record(out / "checkpoint").iterations_done == 1
     assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
     assert len((out / "metrics.csv").read_text().splitlines()) == 1 + 2  # 2 seeds
+    assert train.main([*TINY, "--out", str(out)]) == 2  # not a finished run: --resume it
+    assert f"continue it with --resume {out}" in capsys.readouterr().err
     assert train.main(["--resume", str(out), "--no-progress"]) == 0
     assert (out / "metrics.csv").read_bytes() == (uninterrupted / "metrics.csv").read_bytes()
     assert json.loads((out / "summary.json").read_text())["status"] == "complete"
