@@ -62,8 +62,16 @@ def _backend_compiles(argv) -> list[str]:
 
 
 def test_a_sweep_compiles_no_more_programs_than_one_member(tmp_path, no_compilation_cache):
-    # 3 settings x 4 seeds run in the same programs as a single member: no per-member compile.
-    sweep = ["--seeds", "4", "--sweep", "hp.learning_rate=1e-4,3e-4,1e-3"]
+    # 3 settings x 4 seeds run in the same programs as a single member: no per-member compile,
+    # and chunks of 2, 2 and 1 iterations are calls of the one segment program.
+    sweep = [
+        "--seeds",
+        "4",
+        "--sweep",
+        "hp.learning_rate=1e-4,3e-4,1e-3",
+        "--chunk-iterations",
+        "2",
+    ]
     many = _backend_compiles([*sweep, *TINY, "--out", str(tmp_path / "many")])
     one = _backend_compiles([*TINY, "--out", str(tmp_path / "one")])
     programs = {"jit(init_population)", "jit(run)", "jit(evaluate_population)"}
