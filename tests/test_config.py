@@ -198,6 +198,9 @@ BAD_INPUTS = [
     (["hp.kl_beta=2.0", SMALL], "hp.kl_beta: read only with penalty: kl_fixed | kl_adaptive"),
     (["memory_size=64", SMALL],
      "memory_size: read only with memory: gru | lstm (or value_memory: gru | lstm)"),
+    # ... given beside the override that makes it unread (the file's own value is dropped)
+    (["--config", "ppo_memory_chain", "memory=none", "memory_size=64", SMALL],
+     "memory_size: read only with memory: gru | lstm (or value_memory: gru | lstm)"),
     (["algorithm=trpo", "vine_horizon=8", SMALL], "vine_horizon: read only with sampling: vine"),
     (["algorithm=trpo", "cg_solver=scan", "hp.cg_tol=0.001", SMALL],
      "hp.cg_tol: read only with cg_solver: jax"),
@@ -296,6 +299,22 @@ def _cli_error(argv: list[str], tmp_path: Path, capsys, monkeypatch) -> tuple[in
     assert not out.exists()
     assert "--out" not in argv or not any(cwd.iterdir())
     return code, err
+
+
+def test_a_files_key_an_override_makes_unread_is_dropped_and_its_own_are_refused(tmp_path):
+    """`ppo_memory_chain` sets `memory_size: 64`; `memory=none` makes it unread, so the file's
+    value is dropped (the default stands), not refused: the user never wrote it. A file
+    that sets a key it leaves unread itself is still refused, overrides or not."""
+    config = load_config("ppo_memory_chain", ["memory=none"])
+    assert config.memory == "none" and config.memory_size == Config.create().memory_size
+    assert load_config("ppo_memory_chain", []).memory_size == 64
+    own = tmp_path / "own.yaml"
+    own.write_text("algorithm: ppo\nmemory: none\nmemory_size: 64\nhp:\n  gamma: 0.9\n")
+    for overrides in ([], ["num_envs=8"]):
+        with pytest.raises(ConfigError, match="^memory_size: read only with memory: gru"):
+            load_config(own, overrides)
+    mc = load_config("ppo_cartpole", ["advantage=mc"])  # no key of its file made unread
+    assert mc.advantage == "mc"
 
 
 @pytest.mark.parametrize("argv, expected, fields", ROWS, ids=IDS)

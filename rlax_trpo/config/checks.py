@@ -120,6 +120,29 @@ def check_conditions(model: BaseModel) -> None:
             raise ValueError(f"{key}: read only with {first}{more}")
 
 
+def unread_in(raw: dict[str, Any], model_cls: type[BaseModel]) -> set[str]:
+    """The conditional keys a raw (unvalidated) mapping sets (`"hp.x"` for a hyperparameter)
+    whose conditions all fail in it, its fields' defaults standing in for what it does not
+    give. A value that cannot be compared counts as read (validation names it)."""
+    fields = model_cls.model_fields
+    hp = raw.get("hp") if isinstance(raw.get("hp"), dict) else {}
+
+    def holds(c: ReadWith) -> bool:
+        value = raw[c.field] if c.field in raw else fields[c.field].default
+        try:
+            return value in c.values if c.values else value > 0
+        except TypeError:
+            return True
+
+    unread = set()
+    for key, conditions in _conditions(model_cls).items():
+        given = key.removeprefix("hp.") in hp if key.startswith("hp.") else key in raw
+        present = [c for c in conditions if c.field in fields]
+        if given and present and not any(holds(c) for c in present):
+            unread.add(key)
+    return unread
+
+
 def _conditions(model_cls: type) -> dict[str, tuple[ReadWith, ...]]:
     """`read_only_with` merged over the classes of `model_cls`: each key's conditions; a key
     that a class reads unconditionally (`ALWAYS_READ`) has none."""

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import yaml
 from pydantic import BaseModel, Field, create_model
 
+from rlax_trpo.config import checks
 from rlax_trpo.config.fields import (
     DEFAULT_ALGORITHM,
     HParams,
@@ -236,10 +237,36 @@ def raw_config(
     """A configuration's raw mapping: `base`, else the YAML file or bundled name `path`, else
     nothing (the default run); then the `key=value` overrides, and `imports` added to the
     modules it imports itself."""
-    raw = dict(base) if base is not None else read_yaml(path) if path is not None else {}
-    raw = merge_overrides(raw, parse_overrides(list(overrides)))
+    layer = dict(base) if base is not None else read_yaml(path) if path is not None else {}
+    given = parse_overrides(list(overrides))
+    raw = _without_keys_made_unread(merge_overrides(layer, given), layer, given)
     if imports:
         raw["imports"] = list(dict.fromkeys([*raw.get("imports", []), *imports]))
+    return raw
+
+
+def _without_keys_made_unread(raw: dict, layer: dict, given: dict) -> dict:
+    """`raw` without the keys of the file (or `base`) layer that an override made unread:
+    `memory=none` on a config whose file sets `memory_size` drops it (it would do nothing).
+    A key the overrides give, or one the file sets where it is already unread, stays, and
+    validation refuses it in one line."""
+    if not isinstance(layer, dict) or not given:
+        return raw
+    try:
+        model_cls = config_model(get_spec(raw.get("algorithm", DEFAULT_ALGORITHM)))
+    except (ConfigError, TypeError):  # validation says what is wrong with the algorithm
+        return raw
+    made_unread = checks.unread_in(raw, model_cls) - checks.unread_in(layer, model_cls)
+    layer_hp = layer.get("hp") if isinstance(layer.get("hp"), dict) else {}
+    for key in made_unread:
+        name = key.removeprefix("hp.")
+        in_layer = name in layer_hp if key.startswith("hp.") else key in layer
+        if not in_layer or any(key == g or key.startswith(f"{g}.") for g in given):
+            continue  # the user's own: refused
+        if key.startswith("hp."):
+            raw["hp"] = {k: v for k, v in raw["hp"].items() if k != name}
+        else:
+            del raw[key]
     return raw
 
 
