@@ -125,4 +125,6 @@ class Program(NamedTuple):
     shared: Any = None
     # The iteration count annealed hyperparameters decay over (`config.num_iterations`): a
     # traced input of the compiled segment (`rlax_trpo.schedules`), not a constant of it.
-    horizon: int = 1
+    # None: the Program's own schedules keep the counts they are given (a new budget may
+    # then compile anew).
+    horizon: int | None = None

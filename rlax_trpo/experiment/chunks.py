@@ -266,7 +266,7 @@ def _run_chunk(setup: Setup, compiled: Compiled, state, k: int, pace: Pace, stop
         state, metrics = jax.block_until_ready(compiled.chunks[k](state, hp))
         signum, _ = _agree(stop, k)
         return state, stats.to_numpy(parallel.to_host(metrics)), k, signum
-    horizon, parts, ran, signum = np.int32(setup.program.horizon), [], 0, None
+    horizon, parts, ran, signum = np.int32(setup.program.horizon or 0), [], 0, None
     while ran < k and signum is None:
         n = min(k - ran, pace.next)
         t0 = time.perf_counter()

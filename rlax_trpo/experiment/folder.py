@@ -155,8 +155,13 @@ def summarize(
     summary.update(program.summarize(counted, scores, state, plan.sweep, plan.seeds, summary))
     if diverged is not None:
         summary["diverged"] = diverged
-    status = "interrupted" if trained.signal is not None else None
-    summary["status"] = status or ("diverged" if diverged is not None else "complete")
+    summary["status"] = (
+        "interrupted"
+        if trained.signal is not None
+        else "diverged"
+        if diverged is not None
+        else "complete"
+    )
     return summary
 
 

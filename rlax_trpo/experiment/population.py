@@ -3,6 +3,7 @@ members, with `Program.shared` (the arrays every member reads) given to each as 
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from typing import Any
 
@@ -62,7 +63,8 @@ def population_segment(program: Program, capacity: int):
 
     def run(state, hp, n, horizon, shared=None):  # named as the single call's (`jit_run`)
         step = lambda s: runner(s, hp, 1, shared)
-        with traced_horizon(horizon):  # traced once (for its shapes too), replayed in the loop
+        schedules = traced_horizon(horizon) if program.horizon else contextlib.nullcontext()
+        with schedules:  # one iteration traced once (for its shapes too), replayed in the loop
             traced, shapes = jax.make_jaxpr(step, return_shape=True)(state)
         one = jax.extend.core.jaxpr_as_fun(traced)
         rows = jax.tree.map(

@@ -92,10 +92,15 @@ def runs_in(
     return found, notes
 
 
+def interrupted(summary: Any) -> bool:
+    """Whether a summary.json's contents are those of a run a signal stopped short."""
+    return isinstance(summary, dict) and summary.get("status") == "interrupted"
+
+
 def _run_records(folder: Path, score: str | None, setting: Any) -> tuple[list, list]:
     """A run folder's records; none, with a note, for a run a signal stopped short."""
     summary = _read_json(folder / "summary.json")
-    if isinstance(summary, dict) and summary.get("status") == "interrupted":
+    if interrupted(summary):
         done, total = summary.get("iterations_done"), summary.get("num_iterations")
         return [], [
             f"{folder}: skipped, a run interrupted after iteration {done} of {total} "

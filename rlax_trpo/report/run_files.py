@@ -18,6 +18,7 @@ import numpy as np
 
 from rlax_trpo.config.sweep import Sweep, setting_label
 from rlax_trpo.report import lineage, stats
+from rlax_trpo.report.inputs import interrupted
 
 
 def write_metrics_csv(
@@ -246,10 +247,9 @@ def finished(folder: Path) -> bool:
     """Whether the run folder holds a finished run's summary.json (not an interrupted one's,
     which `--resume` finishes)."""
     try:
-        summary = json.loads((folder / "summary.json").read_text())
+        return not interrupted(json.loads((folder / "summary.json").read_text()))
     except (OSError, ValueError):
         return False
-    return not (isinstance(summary, dict) and summary.get("status") == "interrupted")
 
 
 def format_summary(summary: Mapping[str, Any], out: Path) -> str:
@@ -309,13 +309,13 @@ def format_outcome(result: Any, resume: str | None = None) -> tuple[str, str, in
         name = signal.Signals(result.signal).name
         done = next(iter(result.metrics.values())).shape[1]
         resume = resume or f"rlax-trpo train --resume {result.out}"
-        kept = "metrics.csv, summary.json and the learning curve hold them"
-        kept = kept if result.summary else ""
+        files = "; metrics.csv, summary.json and the learning curve hold them"
+        kept = files if result.summary else ""
         return (
             "",
             (
-                f"error: interrupted by {name} after iteration {done}; checkpoint saved"
-                f"{'; ' + kept if kept else ''}; resume with: {resume}\n"
+                f"error: interrupted by {name} after iteration {done}; checkpoint saved{kept}; "
+                f"resume with: {resume}\n"
             ),
             128 + result.signal,
         )
