@@ -24,7 +24,7 @@ from rlax_trpo.algorithms import make_algorithm
 from rlax_trpo.algorithms.base import Algorithm
 from rlax_trpo.config.configuration import Config
 from rlax_trpo.config.fields import HParams
-from rlax_trpo.envs import Env, make_env
+from rlax_trpo.envs import Env, make_env, without_action_mask
 from rlax_trpo.envs.base import flatten_observations
 from rlax_trpo.errors import ConfigError
 from rlax_trpo.memory import Memory
@@ -76,6 +76,8 @@ def make_trainer(config: Config, progress: ProgressFn | None = None) -> Trainer:
     """
     finish_computations_at_exit()  # a script may end while its run is computed
     env = make_env(config.env, config.env_kwargs, flatten=False)
+    if not config.mask_actions:
+        env = without_action_mask(env)
     if not uses_cnn(config, env.spec):  # an MLP reads images and matrices as vectors
         env = flatten_observations(env)
     networks = make_networks(config, env.spec)

@@ -225,6 +225,10 @@ class ControlFields(RunFields):
     # (`rlax_trpo.rollout.pooled_step`); 1 = every environment resets on its own. For suites
     # whose reset costs many steps (Craftax, Jumanji's Maze).
     reset_ratio: int = Field(1, ge=1)
+    # Enforce the environment's action mask where it gives one (`Env.action_mask`: Jumanji's,
+    # a user's): only legal actions are sampled, scored and counted in entropy and KL. False:
+    # every action is treated as legal (the mask, if any, stays in the observation).
+    mask_actions: bool = True
     # Environment wrappers.
     normalize_obs: bool = False
     normalize_reward: bool = False

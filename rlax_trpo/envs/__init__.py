@@ -4,7 +4,7 @@ gymnax by name (`CartPole-v1`), this library's own environments (`MaxDigit-qa`),
 whatever a user registers with `register_env` / `register_suite`.
 """
 
-from rlax_trpo.envs.base import Env, EnvSpec, StepResult
+from rlax_trpo.envs.base import Env, EnvSpec, StepResult, legal_actions, without_action_mask
 from rlax_trpo.envs.registry import (
     check_env_name,
     make_env,
@@ -18,8 +18,10 @@ __all__ = [
     "EnvSpec",
     "StepResult",
     "check_env_name",
+    "legal_actions",
     "make_env",
     "register_env",
     "register_suite",
     "valid_env_names",
+    "without_action_mask",
 ]

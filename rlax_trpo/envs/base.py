@@ -6,6 +6,13 @@ An adapter may also give `Env.transition`, the same step without the reset: the 
 `reset_ratio` option resets finished environments from a shared pool of fresh states with
 it (`rlax_trpo.rollout.pooled_step`), for suites whose reset costs many steps (Craftax's
 world generation, Jumanji's mazes).
+
+An environment with invalid actions gives `Env.action_mask(state) -> bool [num_actions]`,
+the legal actions in the state its observation comes from (Jumanji's `action_mask`, a user
+environment's own): the policy then samples, scores and takes its entropy and KL over the
+legal actions only (`rlax_trpo.networks.masked`). It is a function of the state, not a
+field of the step's result, so it holds after an automatic reset, after a pooled reset and
+in a state the vine restores, with nothing more to carry; without one nothing is computed.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from rlax_trpo.errors import ConfigError
+
 
 class EnvSpec(NamedTuple):
     """Static facts about an environment's spaces (host-side Python values)."""
@@ -29,6 +38,7 @@ class EnvSpec(NamedTuple):
     action_low: Any = None  # float array `[num_actions]` (continuous only)
     action_high: Any = None
     max_episode_steps: int = 0
+    masked: bool = False  # the environment gives `Env.action_mask` (discrete actions only)
 
 
 class StepResult(NamedTuple):
@@ -54,6 +64,8 @@ class Env(NamedTuple):
     transition(key, state, action) -> StepResult without the automatic reset (`obs` is
       `final_obs`, `state` the state after the step, even where the episode ended); None
       where the suite has no such step (then `reset_ratio` is refused).
+    action_mask(state) -> bool `[num_actions]`: the actions legal in `state` (the state
+      `reset` or `step` returned with the observation); None: every action is legal.
     """
 
     reset: Callable[[jax.Array], tuple[jax.Array, Any]]
@@ -62,6 +74,42 @@ class Env(NamedTuple):
     name: str
     render: Callable[[list, Any, str], None] | None = None
     transition: Callable[[jax.Array, Any, jax.Array], StepResult] | None = None
+    action_mask: Callable[[Any], jax.Array] | None = None
+
+
+def legal_actions(env: Env, states: Any) -> jax.Array | None:
+    """The action masks `[B, num_actions]` (bool) of a batch of `states` `[B, ...]`, or None
+    for an environment without one."""
+    if env.action_mask is None:
+        return None
+    return jax.vmap(lambda s: jnp.asarray(env.action_mask(s), bool))(states)
+
+
+def check_action_mask(env: Env) -> Env:
+    """`env` with its `spec.masked` set from `env.action_mask`, which is checked: one-line
+    ConfigErrors for a mask on continuous actions or one of the wrong shape."""
+    if env.action_mask is None:
+        if env.spec.masked:
+            raise ConfigError(f"env: {env.name}'s spec says masked but it has no action_mask")
+        return env
+    if not env.spec.discrete:
+        raise ConfigError(
+            f"env: {env.name} gives an action mask, but its actions are continuous "
+            "(masks are for discrete actions)"
+        )
+    _, state = jax.eval_shape(env.reset, jax.random.key(0))
+    shape = tuple(jax.eval_shape(env.action_mask, state).shape)
+    if shape != (env.spec.num_actions,):
+        raise ConfigError(
+            f"env: {env.name}'s action mask has shape {shape}; it must be "
+            f"({env.spec.num_actions},), one entry per action"
+        )
+    return env._replace(spec=env.spec._replace(masked=True))
+
+
+def without_action_mask(env: Env) -> Env:
+    """`env` with every action legal (`mask_actions: false`): its mask is not computed."""
+    return env._replace(action_mask=None, spec=env.spec._replace(masked=False))
 
 
 def auto_reset(

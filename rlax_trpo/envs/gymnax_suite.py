@@ -151,7 +151,10 @@ def from_gymnax(
     env_kwargs: dict[str, Any] | None = None,
     flatten: bool = True,
 ) -> Env:
-    """Adapt a gymnax 1.0 environment and its `EnvParams` (fields replaced by `env_kwargs`)."""
+    """Adapt a gymnax 1.0 environment and its `EnvParams` (fields replaced by `env_kwargs`).
+
+    An environment with a method `action_mask(state, params) -> bool [num_actions]` gives
+    the legal actions of each state (`Env.action_mask`)."""
     from gymnax.environments import spaces
 
     if env_kwargs:
@@ -219,7 +222,10 @@ def from_gymnax(
     def render(states: list, returns: Any, path: str) -> None:
         _render_gif(gym_env, params, states, returns, path)
 
-    return Env(reset, step, spec, name, render, transition)
+    action_mask = None
+    if callable(getattr(gym_env, "action_mask", None)):  # a user environment's legal actions
+        action_mask = lambda state: gym_env.action_mask(state, params)
+    return Env(reset, step, spec, name, render, transition, action_mask)
 
 
 def _render_gif(gym_env: Any, params: Any, states: list, returns: Any, path: str) -> None:

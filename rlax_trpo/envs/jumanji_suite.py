@@ -10,12 +10,21 @@ they bootstrap. The adapter returns the LAST observation as `final_obs` and rese
 automatically. The observation's fields (grids, positions, action masks, step counts) are
 flattened into one float vector. `env_kwargs` go to `jumanji.make`, except `time_limit` (or
 `episode_length`), the adapter's limit: default the environment's own, else
-`DEFAULT_EPISODE_LENGTH` (Game2048 has none). Discrete action spaces only; action masks are
-given to the policy as observations, not enforced. GIFs come from Jumanji's `animate`.
+`DEFAULT_EPISODE_LENGTH` (Game2048 has none). GIFs come from Jumanji's `animate`.
+
+The observation's `action_mask`, where it has one, is the environment's action mask
+(`Env.action_mask`): the policy acts over the legal actions only (`mask_actions: false`
+treats every action as legal; the mask stays in the observation either way). A single
+discrete action is supported, and a multi-discrete one whose mask is over the joint
+action (Minesweeper's row x column, BinPack's space x item, Tetris's rotation x column,
+Sudoku's row x column x digit): it becomes one discrete action over the product, in row-
+major order, its mask flattened the same way. Other multi-discrete spaces (per-agent or
+per-machine actions: JobShop, Cleaner) are refused.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -32,6 +41,7 @@ LAST = 2  # dm_env.StepType.LAST
 class JumanjiState(NamedTuple):
     inner: Any
     steps: jax.Array
+    mask: Any = None  # the legal actions of the observation's state, flat (with a mask)
 
 
 # `jumanji.registered_environments()` of jumanji 1.1.2 (tests/test_envs.py compares it).
@@ -100,19 +110,28 @@ def make(name: str, env_kwargs: dict[str, Any], flatten: bool) -> Env:
     except TypeError as err:
         raise ConfigError(f"env_kwargs: jumanji/{name} does not take them ({err})") from None
     limit = int(limit or own_limit or DEFAULT_EPISODE_LENGTH)
-    spec = env.action_spec
-    if not hasattr(spec, "num_values") or getattr(spec, "shape", ()) != ():
-        raise ConfigError(f"env: jumanji/{name} has no single discrete action (not supported)")
     _, first = jax.eval_shape(env.reset, jax.random.key(0))
+    components, has_mask = _action_components(name, env.action_spec, first.observation)
     obs_size = _flatten(jax.tree.map(jnp.zeros_like, first.observation)).shape[0]
-    env_spec = EnvSpec((obs_size,), True, int(spec.num_values), max_episode_steps=limit)
+    num_actions = math.prod(components)
+    env_spec = EnvSpec((obs_size,), True, num_actions, max_episode_steps=limit)
+
+    def to_env_action(action):
+        action = jnp.asarray(action, jnp.int32)
+        if len(components) == 1:
+            return action
+        return jnp.stack(jnp.unravel_index(action, components)).astype(jnp.int32)
+
+    def mask_of(observation):
+        return observation.action_mask.reshape(num_actions).astype(bool) if has_mask else None
 
     def reset(key):
         state, timestep = env.reset(key)
-        return _flatten(timestep.observation), JumanjiState(state, jnp.zeros((), jnp.int32))
+        mask = mask_of(timestep.observation)
+        return _flatten(timestep.observation), JumanjiState(state, jnp.zeros((), jnp.int32), mask)
 
     def step(key, state, action):
-        inner, timestep = env.step(state.inner, jnp.asarray(action, jnp.int32))
+        inner, timestep = env.step(state.inner, to_env_action(action))
         steps = state.steps + 1
         last = timestep.step_type == LAST
         terminated = last & (timestep.discount == 0)
@@ -120,7 +139,8 @@ def make(name: str, env_kwargs: dict[str, Any], flatten: bool) -> Env:
         final_obs = _flatten(timestep.observation)
         done = terminated | truncated
         obs0, fresh = reset(key)
-        nxt = jax.tree.map(lambda r, n: jnp.where(done, r, n), fresh, JumanjiState(inner, steps))
+        after = JumanjiState(inner, steps, mask_of(timestep.observation))
+        nxt = jax.tree.map(lambda r, n: jnp.where(done, r, n), fresh, after)
         obs = jnp.where(done, obs0, final_obs)
         reward = jnp.asarray(timestep.reward, jnp.float32)
         return StepResult(obs, nxt, reward, terminated, truncated, final_obs)
@@ -136,4 +156,21 @@ def make(name: str, env_kwargs: dict[str, Any], flatten: bool) -> Env:
             plt.switch_backend(previous)
             plt.close("all")
 
-    return Env(reset, step, env_spec, f"jumanji/{name}", render)
+    action_mask = (lambda state: state.mask) if has_mask else None
+    return Env(reset, step, env_spec, f"jumanji/{name}", render, action_mask=action_mask)
+
+
+def _action_components(name: str, spec: Any, observation: Any) -> tuple[tuple[int, ...], bool]:
+    """(the sizes of the action's components: one for a single discrete action, several
+    for a multi-discrete one flattened to their product; whether the observation has an
+    `action_mask` over that action), or a one-line ConfigError for an unsupported space."""
+    mask = getattr(observation, "action_mask", None)
+    if hasattr(spec, "num_values") and getattr(spec, "shape", ()) == ():
+        return (int(spec.num_values),), mask is not None and mask.shape == (spec.num_values,)
+    values = tuple(int(v) for v in getattr(spec, "num_values", ()))
+    if len(values) > 1 and mask is not None and tuple(mask.shape) == values:
+        return values, True
+    raise ConfigError(
+        f"env: jumanji/{name} has no single discrete action, nor a multi-discrete one with "
+        "a mask over the joint action (not supported)"
+    )

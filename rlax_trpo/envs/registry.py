@@ -23,7 +23,7 @@ import textwrap
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from rlax_trpo.envs.base import Env
+from rlax_trpo.envs.base import Env, check_action_mask
 from rlax_trpo.errors import ConfigError
 
 EnvFactory = Callable[[], Any]  # -> (gymnax environment, env_params) or Env
@@ -159,12 +159,12 @@ def make_env(name: str, env_kwargs: dict[str, Any] | None = None, flatten: bool 
     prefix, rest = _split_name(name)
     kwargs = dict(env_kwargs or {})
     if prefix is not None:
-        return resolve(_SUITES[prefix].make)(rest, kwargs, flatten)
+        return check_action_mask(resolve(_SUITES[prefix].make)(rest, kwargs, flatten))
     made = resolve(_ENVS[name])()
     if isinstance(made, Env):
         if kwargs:
             raise ConfigError(f"env_kwargs: {name} is a ready Env and takes no env_kwargs")
-        return made
+        return check_action_mask(made)
     from rlax_trpo.envs.gymnax_suite import from_gymnax
 
-    return from_gymnax(*made, name=name, env_kwargs=kwargs, flatten=flatten)
+    return check_action_mask(from_gymnax(*made, name=name, env_kwargs=kwargs, flatten=flatten))
