@@ -103,9 +103,11 @@ def kl_estimate(log_ratio: jax.Array, kind: str = "k3") -> jax.Array:
     raise ValueError(f"unknown KL estimator {kind!r}; use k1, k2 or k3")
 
 
-def log_barrier(logits: jax.Array) -> jax.Array:
+def log_barrier(logits: jax.Array, legal: jax.Array | None = None) -> jax.Array:
     """-KL(U || softmax(logits)) per state, U uniform over the K actions of the last axis:
-    mean_a log pi(a) + log K (0 at the uniform policy, -> -inf as any pi(a) -> 0).
+    mean_a log pi(a) + log K (0 at the uniform policy, -> -inf as any pi(a) -> 0). With
+    `legal` (bool `[..., K]`, a masked policy), U is uniform over the legal actions and the
+    mean is theirs: the illegal actions, of probability 0, are not pulled toward U.
 
     The relative-entropy ("log barrier") regulariser of softmax policies in Agarwal, Kakade,
     Lee and Mahajan (2021, "On the theory of policy gradient methods"). Its gradient in the
@@ -113,7 +115,10 @@ def log_barrier(logits: jax.Array) -> jax.Array:
     the entropy's -pi(a)(log pi(a) + H).
     """
     log_p = jax.nn.log_softmax(logits)
-    return log_p.mean(-1) + jnp.log(log_p.shape[-1])
+    if legal is None:
+        return log_p.mean(-1) + jnp.log(log_p.shape[-1])
+    count = legal.sum(-1)
+    return jnp.where(legal, log_p, 0.0).sum(-1) / count + jnp.log(count)
 
 
 def value_loss(

@@ -149,20 +149,53 @@ class Categorical(distrax.Categorical):
         return draws, picked[..., 0]
 
 
+ILLEGAL_LOGIT = -1e9  # an illegal action's logit: probability exactly 0 in float32, finite
+
+
+class MaskedCategorical(Categorical):
+    """A Categorical over the legal actions of each state (`masked`).
+
+    An illegal action's logit is `ILLEGAL_LOGIT`, so its probability is exactly 0: it is
+    never sampled nor the mode, and the entropy, the KL divergence (distrax counts 0 log 0 as
+    0) and their derivatives are those of the distribution over the legal actions, with no
+    gradient into the illegal logits. `legal` `[..., K]` is kept for what must know the set
+    itself (the log barrier's uniform policy, `losses.log_barrier`).
+    """
+
+    def __init__(self, logits: jax.Array, legal: jax.Array, dtype: Any = int):
+        super().__init__(logits=jnp.where(legal, logits, ILLEGAL_LOGIT), dtype=dtype)
+        self.legal = legal
+
+
+def masked(dist: Any, action_mask: jax.Array | None) -> Any:
+    """`dist` restricted to the actions `action_mask` (bool `[..., K]`) marks legal; None:
+    `dist` itself. A state where no action is legal keeps every action (its mask is
+    ignored there): the environment is then free to do what it does with any action, and
+    the distribution stays a distribution (no NaN)."""
+    if action_mask is None:
+        return dist
+    mask = jnp.asarray(action_mask, bool)
+    legal = mask | ~mask.any(-1, keepdims=True)
+    return MaskedCategorical(dist.logits, legal, dist.dtype)
+
+
 def policy_on(networks: Networks, params: Any, batch: Any) -> distrax.Distribution:
     """The policy's distribution at every step of `batch` (a `Batch` or anything with `obs`,
-    `first` and `memory`): each observation alone, or each stored sequence re-run from the
-    memory it started with."""
+    `first`, `memory` and `action_mask`): each observation alone, or each stored sequence
+    re-run from the memory it started with; over the stored legal actions, if any."""
     if batch.memory is None:
-        return networks.policy(params, batch.obs)
-    return networks.memory.policy_sequence(params, batch.memory.policy, batch.obs, batch.first)
+        return masked(networks.policy(params, batch.obs), batch.action_mask)
+    dist = networks.memory.policy_sequence(params, batch.memory.policy, batch.obs, batch.first)
+    return masked(dist, batch.action_mask)
 
 
 def policy_and_value_on(networks: Networks, params: Params, batch: Any) -> tuple[Any, Any]:
     """`(policy_on, value_on)` of one `Params`; with memory both re-run in one scan."""
     if batch.memory is None:
-        return networks.policy(params.policy, batch.obs), networks.value(params.value, batch.obs)
-    return networks.memory.joint_sequence(params, batch.memory, batch.obs, batch.first)
+        dist = networks.policy(params.policy, batch.obs)
+        return masked(dist, batch.action_mask), networks.value(params.value, batch.obs)
+    dist, values = networks.memory.joint_sequence(params, batch.memory, batch.obs, batch.first)
+    return masked(dist, batch.action_mask), values
 
 
 def value_on(networks: Networks, params: Any, batch: Any) -> jax.Array:

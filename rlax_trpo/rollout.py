@@ -9,7 +9,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from rlax_trpo.envs import Env
+from rlax_trpo.envs import Env, legal_actions
+from rlax_trpo.networks import masked
 from rlax_trpo.types import EpisodeStats, Trajectory
 
 # The acting policy function: observations `[B, ...]` (raw, as the environment returns them)
@@ -221,6 +222,8 @@ def collect(
             memory, dist = policy(memory, obs, first)
         else:
             dist = policy(obs)
+        action_mask = legal_actions(env, env_state)  # None without a mask
+        dist = masked(dist, action_mask)
         action, log_prob = dist.sample_and_log_prob(seed=k_act)
         res = step_env(k_env, env_state, action)
         done = jnp.logical_or(res.terminated, res.truncated)
@@ -231,7 +234,15 @@ def collect(
         # the scan's stacked outputs.
         written = _write(written, (obs, res.final_obs), t)
         transition = Trajectory(
-            None, action, log_prob, res.reward, res.terminated, res.truncated, None, first
+            None,
+            action,
+            log_prob,
+            res.reward,
+            res.terminated,
+            res.truncated,
+            None,
+            first,
+            action_mask=action_mask,
         )
         logs = (jnp.where(done, ep_return, 0.0), jnp.where(done, ep_length, 0), done)
         info = None

@@ -38,6 +38,9 @@ class Trajectory(NamedTuple):
     # `memory` is the networks' `Memory` at the rollout's start (`[B, ...]` leaves).
     first: Any = None
     memory: Any = None
+    # With an action mask (`Env.action_mask`): `action_mask[t]` (bool `[T, B, num_actions]`)
+    # the actions legal at `obs[t]`; None without one.
+    action_mask: Any = None
 
     def normalized(self, obs_fn: Callable, reward_fn: Callable) -> Trajectory:
         """The learner's view: observations (`obs`, `final_obs`) through `obs_fn`, rewards
@@ -58,6 +61,7 @@ class Batch(NamedTuple):
     value: jax.Array  # V(obs) at collection time (for value clipping)
     first: Any = None  # with memory: as `Trajectory.first`; the batch stays `[T, B]`
     memory: Any = None  # with memory: the start `Memory` of every environment, `[B, ...]`
+    action_mask: Any = None  # with an action mask: as `Trajectory.action_mask`
 
 
 class EpisodeStats(NamedTuple):

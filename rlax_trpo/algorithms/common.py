@@ -292,6 +292,7 @@ def make_critic_batch(config: Config, networks: Networks) -> Callable[..., Batch
             values,
             traj.first,
             traj.memory,
+            traj.action_mask,
         )
 
     return make_batch

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from rlax_trpo.advantages import first_episode_mask
 from rlax_trpo.envs import Env
-from rlax_trpo.networks import Networks
+from rlax_trpo.networks import Networks, masked
 from rlax_trpo.rollout import (
     Collect,
     EnvCarry,
@@ -75,7 +75,7 @@ def grouped_log_prob(networks: Networks, policy: Any, mb: Any) -> tuple[Any, Any
     ...]`, as GRPO's `group_minibatches` makes them); with memory each trajectory is re-run
     from its start memory."""
     if mb.memory is None:
-        dist = networks.policy(policy, mb.obs)
+        dist = masked(networks.policy(policy, mb.obs), mb.action_mask)
         return dist.log_prob(mb.action), dist.entropy()
     n, steps, g = mb.action.shape[:3]
     # [n, T, G, ...] -> [T, n * G, ...]: one batch axis, as the rollout had (a cell over a
@@ -83,6 +83,8 @@ def grouped_log_prob(networks: Networks, policy: Any, mb: Any) -> tuple[Any, Any
     time_major = lambda x: jnp.moveaxis(x, 1, 0).reshape((steps, n * g) + x.shape[3:])
     memory = jax.tree.map(lambda h: h.reshape((n * g,) + h.shape[2:]), mb.memory.policy)
     dist = networks.memory.policy_sequence(policy, memory, time_major(mb.obs), time_major(mb.first))
+    if mb.action_mask is not None:
+        dist = masked(dist, time_major(mb.action_mask))
     back = lambda x: jnp.moveaxis(x.reshape((steps, n, g)), 0, 1)
     return back(dist.log_prob(time_major(mb.action))), back(dist.entropy())
 

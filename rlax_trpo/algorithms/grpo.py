@@ -98,6 +98,7 @@ class GRPOBatch(NamedTuple):
     zero_std: jax.Array  # `[N]` 1 where the group was masked out for zero reward variance
     first: Any = None  # with memory: `[T, N*G]` steps that begin an episode
     memory: Any = None  # with memory: the start `Memory`, `[N*G, ...]` (zeros: fresh groups)
+    action_mask: Any = None  # with an action mask: `[T, N*G, num_actions]` legal actions
 
 
 class GRPOState(NamedTuple):
@@ -119,6 +120,7 @@ class _Steps(NamedTuple):
     group_id: jax.Array
     first: Any = None  # with memory: `[T, N*G]`, regrouped `[N, T, G]`
     memory: Any = None  # with memory: `[N*G, ...]`, regrouped `[N, G, ...]`
+    action_mask: Any = None  # with an action mask: as `first`, `[..., num_actions]`
 
 
 def check_grpo_config(config: Config) -> None:
@@ -241,7 +243,7 @@ def make_grpo(config: Config, networks: Networks) -> Algorithm:
         zero_std = 1.0 - nonzero.any(axis=0).astype(jnp.float32)
         ids = jnp.broadcast_to(group_ids(width // g, g), adv.shape)
         head = (traj.obs, traj.action, traj.log_prob, adv, alive * keep, alive, ids, outcome)
-        return GRPOBatch(*head, zero_std, traj.first, traj.memory)
+        return GRPOBatch(*head, zero_std, traj.first, traj.memory, traj.action_mask)
 
     def loss_fn(policy: Any, mb: _Steps, hp: HParams, kl_beta: jax.Array):
         # mb leaves are `[n, T, G, ...]` for n groups.
@@ -285,7 +287,7 @@ def make_grpo(config: Config, networks: Networks) -> Algorithm:
         ref_log_prob = policy_on(networks, ref_policy, batch).log_prob(batch.action)
         b = batch
         head = (b.obs, b.action, b.log_prob, ref_log_prob, b.advantage, b.mask, b.alive)
-        steps = _Steps(*head, b.group_id, b.first, b.memory)
+        steps = _Steps(*head, b.group_id, b.first, b.memory, b.action_mask)
         lr = anneal(config, hp.learning_rate, state.updates)
         opt_state = set_learning_rate(state.opt_state, lr)
 

@@ -49,7 +49,7 @@ from rlax_trpo.algorithms.sections import (
 from rlax_trpo.config.configuration import Config
 from rlax_trpo.config.fields import HParams, hp_field, read_with
 from rlax_trpo.errors import ConfigError
-from rlax_trpo.networks import Networks, policy_on
+from rlax_trpo.networks import Networks, masked, policy_on
 from rlax_trpo.types import Batch, Metrics, Params
 
 VINE_FIELDS = ("vine_states", "vine_actions", "vine_horizon", "vine_bootstrap")
@@ -161,7 +161,7 @@ def policy_bonus(config: Config, networks: Networks) -> Any:
             "entropy_bonus: log_barrier needs discrete actions (a uniform policy); "
             f"{getattr(config, 'env', 'this environment')}'s are continuous (use entropy)"
         )
-    return lambda dist: losses.log_barrier(dist.logits)
+    return lambda dist: losses.log_barrier(dist.logits, getattr(dist, "legal", None))
 
 
 def kl_fn(
@@ -297,18 +297,19 @@ def _with_vine(
 
     def update(params: Params, state: TRPOState, batch: VineBatch, hp: HParams, key: jax.Array):
         hp = annealed(config, hp, state.value_opt_state)
-        obs = batch.branches.obs
+        states = (batch.branches.obs, batch.branches.action_mask)  # the rollout set's
         stride = every_kth(config.fisher_fraction)
-        entropy = lambda params: networks.policy(params, obs).entropy().mean()
-        bonus = lambda params: per_state_bonus(networks.policy(params, obs)).mean()
-        surrogate = vine.vine_surrogate_fn(
-            networks.policy, batch.branches, batch.q, plan.every_action
-        )
+        sub = jax.tree.map(lambda x: x[::stride], states)
+        policy = lambda params, s: masked(networks.policy(params, s[0]), s[1])
+        entropy = lambda params: policy(params, states).entropy().mean()
+        bonus = lambda params: per_state_bonus(policy(params, states)).mean()
+        on_branches = lambda params, obs: policy(params, (obs, states[1]))
+        surrogate = vine.vine_surrogate_fn(on_branches, batch.branches, batch.q, plan.every_action)
         new_policy, metrics = trust_region_step(
             config,
             with_entropy_bonus(surrogate, bonus, hp.ent_coef),
-            tr.mean_kl_fn(networks.policy, params.policy, obs[::stride]),
-            tr.mean_kl_fn(networks.policy, params.policy, obs),
+            tr.mean_kl_fn(policy, params.policy, sub),
+            tr.mean_kl_fn(policy, params.policy, states),
             params.policy,
             hp,
             line_search,

@@ -33,8 +33,9 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from rlax_trpo.envs import Env
+from rlax_trpo.envs import Env, legal_actions
 from rlax_trpo.errors import ConfigError
+from rlax_trpo.networks import masked
 from rlax_trpo.rollout import Collect, EnvCarry, PolicyFn, RolloutResult, collect
 from rlax_trpo.types import Trajectory
 
@@ -48,6 +49,7 @@ class Branches(NamedTuple):
     reward: jax.Array  # [S, K, H] each branch step's reward (0 once its episode ended)
     boot_obs: jax.Array  # [S, K, *obs] where the critic bootstraps the branch
     boot_step: jax.Array  # [S, K] h of `boot_obs` (discount gamma^h); -1: terminated, none
+    action_mask: Any = None  # [S, num_actions] the legal actions of the states (with a mask)
 
     def normalized(self, obs_fn: Callable, reward_fn: Callable) -> Branches:
         """The learner's view: observations and rewards transformed as the trajectory's."""
@@ -159,7 +161,8 @@ def branch_rollouts(
 
     def branch_step(state, obs, alive, boot_obs, boot_step, first_action, h, key):
         k_act, k_env = jax.random.split(key)
-        sampled = policy(obs[None]).sample(seed=k_act)[0]
+        mask = legal_actions(env, jax.tree.map(lambda x: x[None], state))
+        sampled = masked(policy(obs[None]), mask).sample(seed=k_act)[0]
         action = jnp.where(h == 0, first_action, sampled)
         res = env.step(k_env, state, action)
         reward = jnp.where(alive, res.reward, 0.0)
@@ -212,11 +215,13 @@ def make_vine_collect(
         pick = jax.random.choice(k_pick, ro.done.size, (num_states,), replace=False)
         states = jax.tree.map(lambda x: flat(x)[pick], ro.env_states)
         obs = flat(ro.trajectory.obs)[pick]
-        actions, log_prob = branch_actions(policy(obs), k_actions, num_actions, every_action)
+        mask = legal_actions(env, states)
+        dist = masked(policy(obs), mask)
+        actions, log_prob = branch_actions(dist, k_actions, num_actions, every_action)
         rewards, boot_obs, boot_step = branch_rollouts(
             env, policy, states, obs, actions, k_branch, horizon
         )
-        branches = Branches(obs, actions, log_prob, rewards, boot_obs, boot_step)
+        branches = Branches(obs, actions, log_prob, rewards, boot_obs, boot_step, mask)
         return ro._replace(trajectory=VineTrajectory(ro.trajectory, branches), env_states=None)
 
     return vine_collect
