@@ -10,9 +10,9 @@ import jax
 import jax.numpy as jnp
 
 from rlax_trpo.config.configuration import Config
-from rlax_trpo.envs import Env
+from rlax_trpo.envs import Env, legal_actions
 from rlax_trpo.errors import ConfigError
-from rlax_trpo.networks import Networks
+from rlax_trpo.networks import Networks, masked
 from rlax_trpo.normalization import observation_transform
 from rlax_trpo.rollout import reset_envs
 from rlax_trpo.types import TrainState
@@ -49,7 +49,8 @@ def make_evaluate(
         def step(carry):
             t, env_state, obs, total, alive, memory = carry
             k_act, k_env = jax.random.split(keys[t])
-            memory, dist = act(networks, state.params.policy, memory, transform(obs))
+            mask = legal_actions(env, env_state)
+            memory, dist = act(networks, state.params.policy, memory, transform(obs), mask)
             action = dist.mode() if greedy else dist.sample(seed=k_act)
             res = step_env(jax.random.split(k_env, num_episodes), env_state, action)
             total = total + jnp.where(alive, res.reward, 0.0)
@@ -145,7 +146,8 @@ def make_episode_recorder(
         def step(inner, i):
             env_state, obs, memory = inner
             k_act, k_env = jax.random.split(keys[jnp.minimum(t0 + i, horizon - 1)])
-            memory, dist = act(networks, state.params.policy, memory, transform(obs[None]))
+            mask = legal_actions(env, jax.tree.map(lambda x: x[None], env_state))
+            memory, dist = act(networks, state.params.policy, memory, transform(obs[None]), mask)
             action = (dist.mode() if greedy else dist.sample(seed=k_act))[0]
             res = env.step(k_env, env_state, action)
             return (res.state, res.obs, memory), Episode(
@@ -187,13 +189,17 @@ def policy_memory(networks: Networks, batch: int) -> Any:
     return None if networks.memory is None else networks.memory.initial(batch).policy
 
 
-def act(networks: Networks, params: Any, memory: Any, obs: jax.Array) -> tuple[Any, Any]:
-    """(memory, distribution) of the policy at `obs` `[B, ...]`: each episode evaluated here
-    runs until its first end, so its memory starts at the initial state and is never reset."""
+def act(
+    networks: Networks, params: Any, memory: Any, obs: jax.Array, action_mask: Any = None
+) -> tuple[Any, Any]:
+    """(memory, distribution) of the policy at `obs` `[B, ...]`, over the legal actions
+    `action_mask` `[B, num_actions]` (None: all): each episode evaluated here runs until its
+    first end, so its memory starts at the initial state and is never reset."""
     if networks.memory is None:
-        return None, networks.policy(params, obs)
+        return None, masked(networks.policy(params, obs), action_mask)
     first = jnp.zeros(obs.shape[:1], bool)
-    return networks.memory.policy_step(params, memory, obs, first)
+    memory, dist = networks.memory.policy_step(params, memory, obs, first)
+    return memory, masked(dist, action_mask)
 
 
 def render_gif(env: Env, episode: Episode, path: str | Path) -> int:

@@ -15,7 +15,7 @@ import numpy as np
 
 from rlax_trpo.envs import Env
 from rlax_trpo.evaluate import make_episode_recorder, make_evaluate, record_episode
-from rlax_trpo.networks import Networks
+from rlax_trpo.networks import Networks, masked
 from rlax_trpo.normalization import observation_transform
 from rlax_trpo.types import TrainState
 
@@ -24,9 +24,11 @@ class Policy:
     """One trained member: its parameters and the run's frozen observation normalisation,
     acting in its environment (`rlax_trpo.load_policy` restores one from a run folder).
 
-    `act(obs, key, deterministic=True)` is a pure, jittable function of an observation (or
-    a batch of them): the mode of the policy's distribution, or a sample drawn with `key`,
-    after the run's frozen observation normalisation. `evaluate()` plays whole episodes.
+    `act(obs, key, deterministic=True, action_mask=None)` is a pure, jittable function of an
+    observation (or a batch of them): the mode of the policy's distribution, or a sample
+    drawn with `key`, after the run's frozen observation normalisation; with `action_mask`
+    (bool `[..., num_actions]`, e.g. `env.action_mask(state)`) over the legal actions only.
+    `evaluate()` plays whole episodes (masked by the environment, where the run was).
 
     Args:
       config, env, networks: the run's configuration, environment and networks.
@@ -62,9 +64,16 @@ class Policy:
         """What the policy reads: `obs` after the run's frozen normalisation, if any."""
         return observation_transform(self.config.normalize_obs, self.state.obs_stats)(obs)
 
-    def act(self, obs: Any, key: jax.Array | None = None, deterministic: bool = True) -> Any:
+    def act(
+        self,
+        obs: Any,
+        key: jax.Array | None = None,
+        deterministic: bool = True,
+        action_mask: Any = None,
+    ) -> Any:
         obs = self.observe(obs)
         dist = self.networks.policy(self.state.params.policy, obs)
+        dist = masked(dist, checked_mask(self, action_mask))
         if deterministic:
             return dist.mode()
         if key is None:
@@ -109,8 +118,9 @@ class Policy:
 class MemoryPolicy(Policy):
     """A trained member whose policy has memory (`memory: gru | lstm`).
 
-    `act(obs, state, key=None, deterministic=True) -> (action, state)`: the state is what
-    `initial_state()` returned at the episode's start, then what the previous `act` returned.
+    `act(obs, state, key=None, deterministic=True, action_mask=None) -> (action, state)`: the
+    state is what `initial_state()` returned at the episode's start, then what the previous
+    `act` returned; `action_mask` as `Policy.act`'s.
     Both are pure and jittable; `obs` is one observation (state from `initial_state()`) or a
     batch `[B, ...]` (state from `initial_state(B)`). `evaluate()` and `episode()` carry the
     state themselves.
@@ -121,21 +131,45 @@ class MemoryPolicy(Policy):
         return memory if batch is not None else jax.tree.map(lambda h: h[0], memory)
 
     def act(  # type: ignore[override]
-        self, obs: Any, state: Any, key: jax.Array | None = None, deterministic: bool = True
+        self,
+        obs: Any,
+        state: Any,
+        key: jax.Array | None = None,
+        deterministic: bool = True,
+        action_mask: Any = None,
     ) -> tuple[Any, Any]:
         if not deterministic and key is None:
             raise ValueError("act: sampling (deterministic=False) needs a key")
+        mask = checked_mask(self, action_mask)
         single = jax.numpy.ndim(obs) == len(self.env.spec.obs_shape)
         if single:
             obs, state = obs[None], jax.tree.map(lambda h: h[None], state)
+            mask = None if mask is None else mask[None]
         obs = self.observe(obs)
         first = jax.numpy.zeros(obs.shape[:1], bool)  # a new episode starts from initial_state
         fns = self.networks.memory
         state, dist = fns.policy_step(self.state.params.policy, state, obs, first)
+        dist = masked(dist, mask)
         action = dist.mode() if deterministic else dist.sample(seed=key)
         if single:
             action, state = action[0], jax.tree.map(lambda h: h[0], state)
         return action, state
+
+
+def checked_mask(policy: Policy, action_mask: Any) -> Any:
+    """`action_mask` as a bool array, checked against the policy's actions (ValueError)."""
+    if action_mask is None:
+        return None
+    spec = policy.env.spec
+    if not spec.discrete:
+        raise ValueError(f"act: action_mask given, but {policy.env.name}'s actions are continuous")
+    mask = jax.numpy.asarray(action_mask, bool)
+    if mask.shape[-1:] != (spec.num_actions,):
+        raise ValueError(
+            f"act: action_mask has shape {tuple(mask.shape)}; its last axis must have "
+            f"{spec.num_actions} entries, one per action"
+        )
+    return mask
 
 
 def member_policy(config: Any, env: Env, networks: Networks, state: TrainState, **kwargs) -> Policy:
