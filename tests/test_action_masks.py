@@ -178,6 +178,7 @@ EVERY_ALGORITHM = {
     "vine": ["algorithm=trpo", "sampling=vine", "vine_states=8", "vine_horizon=4"],
     "vine_sampled": ["algorithm=trpo", "sampling=vine", "vine_states=8", "vine_actions=3"],
     "ppo_gru": ["algorithm=ppo", "memory=gru", "num_minibatches=2"],
+    "trpo_gru": ["algorithm=trpo", "memory=gru"],
 }
 
 
@@ -222,6 +223,23 @@ def test_the_rollout_stores_the_mask_of_each_state_and_evaluation_obeys_it():
     np.testing.assert_array_equal(mask, state.obs > 0)  # the observation shows the mask
     unmasked = make_trainer(Config.create(algorithm="ppo", mask_actions=False, env="LegalPick"))
     assert unmasked.env.action_mask is None and not unmasked.env.spec.masked
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_a_recorded_episode_acts_over_the_mask_of_each_state(greedy):
+    """The episode recorder (videos, `rlax-trpo eval --record`) masks by the state it is in:
+    an untrained policy earns LegalPick's 1 at every step of the episode."""
+    from rlax_trpo import make_trainer
+    from rlax_trpo.evaluate import make_episode_recorder, record_episode
+
+    config = Config.create(algorithm="ppo", env="LegalPick", num_envs=4)
+    trainer = make_trainer(config)
+    state = jax.jit(trainer.init)(jax.random.key(0), config.hp)
+    recorder = make_episode_recorder(config, trainer.env, trainer.networks, greedy, chunk=4)
+    episode = record_episode(recorder, state, jax.random.key(3))
+    end = int(np.argmax(np.asarray(episode.done)))
+    np.testing.assert_array_equal(np.asarray(episode.reward)[: end + 1], np.ones(end + 1))
+    assert end + 1 == 8
 
 
 @pytest.mark.parametrize("every_action", [False, True])

@@ -156,15 +156,18 @@ def make_env(name: str, env_kwargs: dict[str, Any] | None = None, flatten: bool 
       flatten: flatten observations to vectors (MLP); False keeps images (CNN).
     """
     check_env_name(name)
+    return check_action_mask(_build(name, dict(env_kwargs or {}), flatten))
+
+
+def _build(name: str, kwargs: dict, flatten: bool) -> Env:
     prefix, rest = _split_name(name)
-    kwargs = dict(env_kwargs or {})
     if prefix is not None:
-        return check_action_mask(resolve(_SUITES[prefix].make)(rest, kwargs, flatten))
+        return resolve(_SUITES[prefix].make)(rest, kwargs, flatten)
     made = resolve(_ENVS[name])()
     if isinstance(made, Env):
         if kwargs:
             raise ConfigError(f"env_kwargs: {name} is a ready Env and takes no env_kwargs")
-        return check_action_mask(made)
+        return made
     from rlax_trpo.envs.gymnax_suite import from_gymnax
 
-    return check_action_mask(from_gymnax(*made, name=name, env_kwargs=kwargs, flatten=flatten))
+    return from_gymnax(*made, name=name, env_kwargs=kwargs, flatten=flatten)
