@@ -26,6 +26,7 @@ _EXPORTS = {
     "make_env": "rlax_trpo.envs",
     "register_env": "rlax_trpo.envs",
     "register_suite": "rlax_trpo.envs",
+    "register_network": "rlax_trpo.layers",
     "ConfigError": "rlax_trpo.errors",
     "Networks": "rlax_trpo.networks",
     "Policy": "rlax_trpo.policy",
@@ -65,6 +66,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs
     from rlax_trpo.errors import ConfigError  # noqa: F401
     from rlax_trpo.experiment.driver import RunResult, run  # noqa: F401
     from rlax_trpo.experiment.saved import load_policy  # noqa: F401
+    from rlax_trpo.layers import register_network  # noqa: F401
     from rlax_trpo.networks import Networks, make_networks  # noqa: F401
     from rlax_trpo.policy import Policy  # noqa: F401
     from rlax_trpo.training import Trainer, make_train, make_trainer  # noqa: F401

@@ -1,16 +1,21 @@
 """The layers every network here is built from: orthogonally initialised dense layers, a 3x3
-convolution as a dense layer on patches, and the torso (MLP, or CNN then MLP)."""
+convolution as a dense layer on patches, and the torso (MLP, or CNN then MLP); networks by
+name (`register_network`), and the attention network over a task's items."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import difflib
+import inspect
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rlax_trpo.errors import ConfigError
 from rlax_trpo.initializers import orthogonal
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
@@ -69,3 +74,173 @@ class Torso(nn.Module):
                 x = nn.LayerNorm(dtype=self.dtype, param_dtype=jnp.float32)(x)
             x = act(x)
         return x
+
+
+# Networks by name: `network: <name>` in a configuration. The built-in names choose this
+# module's torso; a registered name (`register_network`) builds the policy and the critic
+# from the user's Flax module, with this library's heads on a torso ("features") or as the
+# whole network ("heads"). Masks, distributions and the critic's loss stay the library's.
+BUILTIN_NETWORKS = ("auto", "mlp", "cnn")
+OUTPUTS = ("features", "heads")
+
+
+class NetworkEntry(NamedTuple):
+    factory: Callable[..., nn.Module]
+    outputs: str  # "features": a torso, the heads are added; "heads": the whole network
+
+
+_NETWORKS: dict[str, NetworkEntry] = {}
+
+
+def register_network(name: str, factory: Callable[..., nn.Module], outputs: str = "features"):
+    """Register a network under `name`, for `network: <name>` (and `network_kwargs:`).
+
+    `outputs="features"`: `factory(spec, **network_kwargs)` returns a Flax module mapping
+    observations `[..., *spec.obs_shape]` (as the environment gives them) to features
+    `[..., F]`; it is called once for the policy and once for the critic (separate
+    parameters), and the heads go on top (orthogonal, gains 0.01 and 1.0; a Gaussian's
+    state-independent log-std). `outputs="heads"`: `factory(spec, role, **network_kwargs)`
+    with `role` "policy" or "value" returns the whole network: logits `[..., num_actions]`
+    (discrete), the mean `[..., num_actions]` (continuous; the log-std is added) or values
+    `[...]`. A module of a plugin (`imports:`) registers it, so a run folder rebuilds it.
+    """
+    if not isinstance(name, str) or not name or name in BUILTIN_NETWORKS:
+        raise ValueError(f"register_network: {name!r} must be a new non-empty name")
+    if outputs not in OUTPUTS:
+        raise ValueError(f"register_network: outputs must be one of {OUTPUTS} (got {outputs!r})")
+    _NETWORKS[name] = NetworkEntry(factory, outputs)
+
+
+def network_names() -> list[str]:
+    return [*BUILTIN_NETWORKS, *sorted(_NETWORKS)]
+
+
+def check_network(name: str, kwargs: dict[str, Any], memory: bool = False) -> None:
+    """A one-line ConfigError for an unknown network name (with the nearest one), keyword
+    arguments its factory does not take, or a registered network asked for memory."""
+    if name in BUILTIN_NETWORKS:
+        if kwargs:
+            raise ConfigError(f"network_kwargs: read by registered networks only, not {name}")
+        return
+    if name not in _NETWORKS:
+        close = difflib.get_close_matches(name, network_names(), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(
+            f"network: unknown network {name!r} ({hint}known: {', '.join(network_names())})"
+        )
+    if memory:
+        raise ConfigError(f"memory: network {name} (registered) has no memory cell; use none")
+    entry = _NETWORKS[name]
+    fixed = (None,) if entry.outputs == "features" else (None, "policy")
+    try:
+        inspect.signature(entry.factory).bind(*fixed, **kwargs)
+    except TypeError as err:
+        raise ConfigError(f"network_kwargs: network {name} does not take them ({err})") from None
+
+
+def named_networks(name: str, kwargs: dict[str, Any], spec: Any, head: str) -> tuple:
+    """The registered network `name` as (the policy with `head` "logits" or "gaussian",
+    the critic) for `spec`."""
+    return tuple(_named(name, kwargs, spec, h) for h in (head, "value"))
+
+
+def _named(name: str, kwargs: dict[str, Any], spec: Any, head: str) -> nn.Module:
+    entry = _NETWORKS[name]
+    role = "value" if head == "value" else "policy"
+    args = (spec,) if entry.outputs == "features" else (spec, role)
+    num_out = 1 if head == "value" else spec.num_actions
+    net = OnNetwork(entry.factory(*args, **kwargs), head, num_out, entry.outputs == "features")
+    dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
+    out = jax.eval_shape(lambda: net.init_with_output(jax.random.key(0), dummy)[0])
+    got = tuple(jax.tree.leaves(out)[0].shape)
+    want = (1,) if head == "value" else (1, num_out)
+    if got != want:
+        what = "values" if head == "value" else f"{num_out} outputs, one per action"
+        raise ConfigError(
+            f"network: {name}'s {role} gives shape {got} for one observation; "
+            f"expected {want} ({what})"
+        )
+    return net
+
+
+class OnNetwork(nn.Module):
+    """A registered module with this library's heads: a dense layer on its features (when
+    `features`), and a Gaussian policy's learned log-std."""
+
+    net: nn.Module
+    head: str  # logits | gaussian | value
+    num_out: int
+    features: bool
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> Any:
+        out = self.net(obs)
+        if self.features:
+            out = dense(self.num_out, 1.0 if self.head == "value" else 0.01)(out)
+            out = out[..., 0] if self.head == "value" else out
+        out = out.astype(jnp.float32)
+        if self.head == "gaussian":
+            log_std = self.param("log_std", nn.initializers.zeros, (self.num_out,))
+            return out, jnp.broadcast_to(log_std, out.shape)
+        return out
+
+
+class ItemAttention(nn.Module):
+    """Self-attention over the items of a structured observation (Knapsack's weights and
+    values, TSP's cities), registered as `network: item_attention`.
+
+    The flat observation is cut back into its fields (`EnvSpec.obs_fields`); a field whose
+    leading size is `items` gives each item features, the others (positions, counters) a
+    context added to every item's embedding. `blocks` pre-norm Transformer blocks (Vaswani
+    et al. 2017) of `heads` heads mix the items. The policy's logits are one per item when
+    the actions are the items (Knapsack's, TSP's), otherwise a dense layer on the items'
+    mean; the critic reads the mean. Parameters: width, heads, blocks, items (default the
+    number of actions).
+    """
+
+    fields: tuple  # ((name, shape), ...) of the flat observation, in its order
+    items: int
+    num_out: int  # 1 for the critic
+    role: str
+    width: int = 64
+    heads: int = 4
+    blocks: int = 2
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        batch, per_item, context, at = obs.shape[:-1], [], [], 0
+        for _, shape in self.fields:
+            size = math.prod(shape)
+            part, at = obs[..., at : at + size], at + size
+            if shape and shape[0] == self.items:
+                per_item.append(part.reshape(*batch, self.items, size // self.items))
+            else:
+                context.append(part)
+        h = dense(self.width, np.sqrt(2))(jnp.concatenate(per_item, axis=-1))
+        if context:
+            h = h + dense(self.width, np.sqrt(2))(jnp.concatenate(context, axis=-1))[..., None, :]
+        for _ in range(self.blocks):
+            y = nn.LayerNorm()(h)
+            h = h + nn.MultiHeadDotProductAttention(self.heads, qkv_features=self.width)(y, y)
+            y = nn.LayerNorm()(h)
+            h = h + dense(self.width, 1.0)(nn.relu(dense(2 * self.width, np.sqrt(2))(y)))
+        h = nn.LayerNorm()(h)
+        if self.role == "policy" and self.num_out == self.items:
+            return dense(1, 0.01)(h)[..., 0]
+        out = dense(self.num_out, 0.01 if self.role == "policy" else 1.0)(h.mean(axis=-2))
+        return out if self.role == "policy" else out[..., 0]
+
+
+def item_attention(spec: Any, role: str, width=64, heads=4, blocks=2, items=None):
+    items = int(items or spec.num_actions)
+    fields = tuple(getattr(spec, "obs_fields", ()) or ())
+    if not spec.discrete or not any(s and s[0] == items for _, s in fields):
+        raise ConfigError(
+            f"network: item_attention needs discrete actions and an observation of fields "
+            f"with {items} items each (Jumanji's Knapsack, TSP)"
+        )
+    num_out = spec.num_actions if role == "policy" else 1
+    return ItemAttention(fields, items, num_out, role, width, heads, blocks)
+
+
+register_network("item_attention", item_attention, outputs="heads")

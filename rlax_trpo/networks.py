@@ -8,10 +8,10 @@
   * `value(value_params, obs) -> [...]`
   * `memory`: None, or with `memory: gru | lstm` the state-carrying step and sequence
     functions (`MemoryFunctions`)
-Initialisation follows the PPO implementation details: orthogonal with gain sqrt(2) for
-hidden layers, 0.01 for the policy head and 1.0 for the value head, biases zero. The
-orthogonal matrices are flax's, computed without LAPACK (`rlax_trpo.initializers`): a
-vmapped LAPACK QR deadlocks jaxlib's CPU runtime.
+The torso is an MLP, a CNN, or a network registered by name (`rlax_trpo.layers`).
+Initialisation follows the PPO implementation details: orthogonal, gain sqrt(2) for hidden
+layers, 0.01 for the policy head and 1.0 for the value head, biases zero, without LAPACK
+(`rlax_trpo.initializers`: a vmapped LAPACK QR deadlocks jaxlib's CPU runtime).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import jax.numpy as jnp
 
 from rlax_trpo.envs import EnvSpec
 from rlax_trpo.errors import ConfigError
-from rlax_trpo.layers import Torso, dense
+from rlax_trpo.layers import BUILTIN_NETWORKS, Torso, dense, named_networks
 from rlax_trpo.memory import (
     Memory,
     MemoryNet,
@@ -111,9 +111,8 @@ class Networks(NamedTuple):
     Feed-forward networks read observations of any batch shape: `policy(params, obs)`,
     `value(params, obs)`. Networks with memory carry a state as well: `memory` holds their
     step and sequence functions (`MemoryFunctions`), and `policy`/`value` refuse to run
-    without it. Code that reads a stored batch either way goes through `policy_on`,
-    `value_on` and `policy_and_value_on` (and the algorithms' `BatchLayout`), so it never
-    asks which kind it has.
+    without it. Code reading a stored batch goes through `policy_on`, `value_on` and
+    `policy_and_value_on` (and `BatchLayout`), so it never asks which kind it has.
     """
 
     init: Callable[[jax.Array], Params]
@@ -130,12 +129,11 @@ class Networks(NamedTuple):
 class Categorical(distrax.Categorical):
     """distrax's Categorical, sampled without its check that the probabilities are finite.
 
-    distrax computes the softmax and tests it for finite, non-negative entries on every draw
-    (draws from an invalid distribution become -1), and picks the log-probability by a
-    one-hot product: six of the 46 kernels an environment step of the rollout launches on
-    CartPole (`benchmarks/profile_ppo.py`). The draws and log-probabilities are
-    the same bits as distrax's for finite logits (`tests/test_networks.py`); non-finite
-    logits mean the run has diverged, which the training loop reports (`train/finite`).
+    distrax tests the softmax for finite, non-negative entries on every draw (an invalid
+    one draws -1) and picks the log-probability by a one-hot product: six of the 46 kernels
+    a CartPole rollout step launches (`benchmarks/profile_ppo.py`). Same bits as distrax's
+    for finite logits (`tests/test_networks.py`); non-finite ones mean a diverged run, which
+    the training loop reports (`train/finite`).
     """
 
     def _sample_n(self, key: jax.Array, n: int) -> jax.Array:
@@ -258,6 +256,8 @@ def make_networks(config: Any, spec: EnvSpec, with_value: bool = True) -> Networ
         to_dist = lambda out: distrax.MultivariateNormalDiag(out[0], jnp.exp(out[1]))
         head = "gaussian"
     value_net = ValueNet(value_hidden, config.activation, cnn, dtype, layer_norm=value_ln)
+    if config.network not in BUILTIN_NETWORKS:  # registered by name (no memory: checked)
+        policy_net, value_net = named_networks(config.network, config.network_kwargs, spec, head)
     dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
     if policy_cell is None and (value_cell is None or not with_value):
         return _feed_forward(policy_net, value_net, to_dist, dummy, with_value, spec)

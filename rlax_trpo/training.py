@@ -27,6 +27,7 @@ from rlax_trpo.config.fields import HParams
 from rlax_trpo.envs import Env, make_env, without_action_mask
 from rlax_trpo.envs.base import flatten_observations
 from rlax_trpo.errors import ConfigError
+from rlax_trpo.layers import BUILTIN_NETWORKS
 from rlax_trpo.memory import Memory
 from rlax_trpo.networks import Networks, make_networks, uses_cnn
 from rlax_trpo.normalization import (
@@ -78,7 +79,8 @@ def make_trainer(config: Config, progress: ProgressFn | None = None) -> Trainer:
     env = make_env(config.env, config.env_kwargs, flatten=False)
     if not config.mask_actions:
         env = without_action_mask(env)
-    if not uses_cnn(config, env.spec):  # an MLP reads images and matrices as vectors
+    if config.network in BUILTIN_NETWORKS and not uses_cnn(config, env.spec):
+        # an MLP reads images and matrices as vectors; a registered network, as they come
         env = flatten_observations(env)
     networks = make_networks(config, env.spec)
     algorithm = make_algorithm(config, networks)

@@ -160,7 +160,7 @@ BAD_INPUTS = [
     (["hp.learning_rate=nan"], "hp.learning_rate: Input should be a finite number"),
     (["num_steps=1.5"], "num_steps: Input should be a valid integer"),
     (["activation=foo"], "activation: Input should be 'tanh' or 'relu'"),
-    (["network=transformer"], "network: Input should be 'auto', 'mlp' or 'cnn'"),
+    (["network=transformer"], "network: unknown network 'transformer' (known: auto, mlp, cnn, "),
     (["--sweep", "hp.learning_rate=abc,1"], "--sweep hp.learning_rate: value 'abc' is not a num"),
     (["--sweep", "hp.bogus=1,2"], "--sweep hp.bogus: not a hyperparameter of ppo"),
     (["--config", "{list}"], "must hold a mapping of keys, not a list"),

@@ -40,6 +40,7 @@ from rlax_trpo.config.plugins import load_entry_points, load_plugins
 from rlax_trpo.config.registry import algorithm_names, get_spec
 from rlax_trpo.config.yamlio import merge_overrides, parse_overrides, read_yaml
 from rlax_trpo.errors import ConfigError
+from rlax_trpo.layers import check_network
 from rlax_trpo.memory import memory_cells
 
 
@@ -164,6 +165,8 @@ def validate_config(raw: Any) -> tuple[BaseModel, Any]:
     _check_keys(raw, name, model_cls, spec.hparams.names())
     model = validate_model(model_cls, raw)
     policy_cell, value_cell = memory_cells(model)
+    if hasattr(model, "network"):
+        check_network(model.network, model.network_kwargs, bool(policy_cell or value_cell))
     if (policy_cell or value_cell) and not spec.memory:
         key = "memory" if policy_cell else "value_memory"
         raise ConfigError(

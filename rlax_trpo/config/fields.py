@@ -233,7 +233,10 @@ class ControlFields(RunFields):
     normalize_obs: bool = False
     normalize_reward: bool = False
     # Networks.
-    network: Literal["auto", "mlp", "cnn"] = "auto"
+    # auto (a CNN for images, else an MLP), mlp, cnn, or a registered network's name
+    # (`rlax_trpo.layers.register_network`; `item_attention` is built in) with its arguments.
+    network: str = "auto"
+    network_kwargs: dict[str, Any] = Field(default_factory=dict)
     hidden_sizes: tuple[PositiveInt, ...] = (64, 64)
     activation: Literal["tanh", "relu"] = "tanh"
     # Layer normalisation of every hidden layer's pre-activations (the torsos of the policy

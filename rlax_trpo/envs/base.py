@@ -39,6 +39,9 @@ class EnvSpec(NamedTuple):
     action_high: Any = None
     max_episode_steps: int = 0
     masked: bool = False  # the environment gives `Env.action_mask` (discrete actions only)
+    # ((name, shape), ...): the fields of a structured observation, in the order the flat
+    # vector holds them (Jumanji's); () for an observation that is one array.
+    obs_fields: tuple = ()
 
 
 class StepResult(NamedTuple):

@@ -114,7 +114,11 @@ def make(name: str, env_kwargs: dict[str, Any], flatten: bool) -> Env:
     components, has_mask = _action_components(name, env.action_spec, first.observation)
     obs_size = _flatten(jax.tree.map(jnp.zeros_like, first.observation)).shape[0]
     num_actions = math.prod(components)
-    env_spec = EnvSpec((obs_size,), True, num_actions, max_episode_steps=limit)
+    fields = tuple(
+        (jax.tree_util.keystr(path).lstrip("."), tuple(leaf.shape))
+        for path, leaf in jax.tree_util.tree_flatten_with_path(first.observation)[0]
+    )
+    env_spec = EnvSpec((obs_size,), True, num_actions, max_episode_steps=limit, obs_fields=fields)
 
     def to_env_action(action):
         action = jnp.asarray(action, jnp.int32)

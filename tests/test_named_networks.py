@@ -1,0 +1,175 @@
+"""Networks by name: a user's Flax module registered with `register_network`, named in YAML,
+trained, evaluated, resumed and loaded from the command line in fresh processes; the built-in
+`item_attention` over a task's items; one line and exit 2 for every bad name or argument."""
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import conftest
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import yaml
+
+import rlax_trpo
+import train
+from rlax_trpo.config.configuration import config_from_dict
+from rlax_trpo.envs import make_env
+from rlax_trpo.experiment import checkpoint
+from rlax_trpo.networks import make_networks
+
+HERE = Path(__file__).resolve().parent
+CLI = "import sys\nfrom rlax_trpo.cli import main\nsys.exit(main())"
+ENV = {**__import__("os").environ, **conftest.SAME_BACKEND}
+TRAIN = ["train", "--import", "user_network", "--config", "ppo_cartpole", "network=one_layer",
+         "network_kwargs={width: 16}", "total_env_steps=4096", "--no-progress"]  # fmt: skip
+
+
+def command(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", CLI, *args],
+        cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """A user's directory holding their network module (imported as the working directory's)."""
+    folder = tmp_path_factory.mktemp("my_networks")
+    shutil.copy(HERE / "user_network.py", folder / "user_network.py")
+    return folder
+
+
+def test_a_registered_network_trains_evaluates_resumes_and_loads(project):
+    run, chunked = project / "run", project / "chunked"
+    trained = command(project, *TRAIN, "--out", str(run))
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    recorded = yaml.safe_load((run / "config.yaml").read_text())
+    assert recorded["network"] == "one_layer" and recorded["network_kwargs"] == {"width": 16}
+    assert recorded["imports"] == ["user_network"]
+    assert np.isfinite(json.loads((run / "summary.json").read_text())["eval_return_mean"])
+
+    evaluated = command(project, "eval", "--run", str(run))
+    assert evaluated.returncode == 0 and "greedy:" in evaluated.stdout, evaluated.stderr[-3000:]
+
+    # Interrupted after its first chunk, resumed in a fresh process: the same metrics.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CLI, *TRAIN, "--out", str(chunked), "--chunk-iterations", "8"],
+        cwd=project, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.time() + 300
+    while not (chunked / "config.yaml").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
+    assert checkpoint.read_meta(chunked / "checkpoint")["iterations_done"] < 32
+    resumed = command(project, "train", "--resume", str(chunked), "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert (chunked / "metrics.csv").read_bytes() == (run / "metrics.csv").read_bytes()
+
+    # load_policy in a fresh process: the user's layer, 16 wide, under the library's head.
+    script = (
+        "import jax, rlax_trpo\n"
+        f"p = rlax_trpo.load_policy({str(run)!r})\n"
+        "layer = p.state.params.policy['params']['net']['user_layer']['kernel']\n"
+        "obs, _ = p.env.reset(jax.random.key(0))\n"
+        "print(layer.shape, int(p.act(obs)))\n"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", script], cwd=project, env=ENV, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    shape, action = loaded.stdout.split(") ")
+    assert shape == "(4, 16" and action.strip() in ("0", "1"), loaded.stdout
+
+
+def _refused(args, tmp_path, capsys) -> str:
+    out = tmp_path / "run"
+    assert train.main([*args, "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and not out.exists(), err
+    return err[0]
+
+
+@pytest.mark.parametrize(
+    "overrides, line",
+    [
+        (["network=item_atention"], "error: network: unknown network 'item_atention' (did you "
+         "mean 'item_attention'? known: auto, mlp, cnn, bad_shape, item_attention, linear, "
+         "one_layer)"),
+        (["network=mlp", "network_kwargs={width: 8}"],
+         "error: network_kwargs: read by registered networks only, not mlp"),
+        (["network=one_layer", "network_kwargs={widht: 8}"],
+         "error: network_kwargs: network one_layer does not take them (got an unexpected "
+         "keyword argument 'widht')"),
+        (["network=one_layer", "memory=gru"],
+         "error: memory: network one_layer (registered) has no memory cell; use none"),
+        (["network=bad_shape"], "error: network: bad_shape's policy gives shape (1, 3) for "
+         "one observation; expected (1, 2) (2 outputs, one per action)"),
+        (["network=item_attention"], "error: network: item_attention needs discrete actions "
+         "and an observation of fields with 2 items each (Jumanji's Knapsack, TSP)"),
+    ],
+)  # fmt: skip
+def test_bad_networks_are_one_line_and_exit_2(overrides, line, tmp_path, capsys):
+    args = ["--import", str(HERE / "user_network.py"), "--config", "ppo_cartpole", *overrides]
+    assert _refused(args, tmp_path, capsys) == line
+
+
+def test_a_whole_registered_network_gives_the_logits_and_values():
+    """`outputs="heads"`: the module's own outputs are the logits and the values (no head)."""
+    rlax_trpo.config.plugins.import_plugin(str(HERE / "user_network.py"))
+    config = config_from_dict({"env": "CartPole-v1", "network": "linear"})
+    nets = make_networks(config, make_env("CartPole-v1").spec)
+    params = nets.init(jax.random.key(0))
+    obs = jax.random.normal(jax.random.key(1), (5, 4))
+    w = params.policy["params"]["net"]["user_linear"]
+    np.testing.assert_allclose(nets.policy(params.policy, obs).logits, jax.nn.log_softmax(
+        obs @ w["kernel"] + w["bias"]), rtol=1e-5, atol=1e-6)  # fmt: skip
+    v = params.value["params"]["net"]["user_linear"]
+    want = (obs @ v["kernel"] + v["bias"])[:, 0]
+    np.testing.assert_allclose(nets.value(params.value, obs), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def knapsack():
+    config = config_from_dict({
+        "env": "jumanji/Knapsack-v1", "network": "item_attention",
+        "network_kwargs": {"width": 16, "heads": 2, "blocks": 1}})  # fmt: skip
+    env = make_env(config.env)
+    nets = make_networks(config, env.spec)
+    return env, nets, nets.init(jax.random.key(0))
+
+
+def test_item_attention_is_equivariant_to_the_order_of_the_items(knapsack):
+    """Permuting Knapsack's items permutes the logits the same way and leaves the value."""
+    env, nets, params = knapsack
+    obs = jax.vmap(lambda k: env.reset(k)[0])(jax.random.split(jax.random.key(2), 3))
+    perm = jax.random.permutation(jax.random.key(3), 50)
+    fields = obs.reshape(3, 4, 50)  # weights, values, packed_items, action_mask
+    permuted = fields[:, :, perm].reshape(3, 200)
+    logits = nets.policy(params.policy, obs).logits
+    np.testing.assert_allclose(
+        nets.policy(params.policy, permuted).logits, logits[:, perm], rtol=1e-4, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        nets.value(params.value, permuted), nets.value(params.value, obs), rtol=1e-4, atol=1e-6
+    )
+    assert float(jnp.std(logits)) > 0  # not a constant network
+
+
+def test_item_attention_reads_every_field_of_the_items(knapsack):
+    """Each item's logit depends on its own weight and value (the fields are cut right)."""
+    env, nets, params = knapsack
+    obs = env.reset(jax.random.key(4))[0]
+    grads = jax.jacobian(lambda o: nets.policy(params.policy, o).logits)(obs)  # [50, 200]
+    per_field = jnp.abs(grads.reshape(50, 4, 50))
+    own = jnp.stack([jnp.diagonal(per_field[:, f]) for f in range(4)])  # [field, item]
+    assert bool((own[:2] > 0).all())  # weights and values reach their own item's logit
