@@ -103,8 +103,8 @@ def _refused(args, tmp_path, capsys) -> str:
     "overrides, line",
     [
         (["network=item_atention"], "error: network: unknown network 'item_atention' (did you "
-         "mean 'item_attention'? known: auto, mlp, cnn, bad_shape, item_attention, linear, "
-         "one_layer)"),
+         "mean 'item_attention'? known: auto, mlp, cnn, bad_shape, flat_dense, item_attention, "
+         "linear, one_layer)"),
         (["network=mlp", "network_kwargs={width: 8}"],
          "error: network_kwargs: read by registered networks only, not mlp"),
         (["network=one_layer", "network_kwargs={widht: 8}"],
@@ -117,9 +117,17 @@ def _refused(args, tmp_path, capsys) -> str:
         (["network=item_attention"], "error: network: item_attention needs discrete actions "
          "and an observation of fields with 2 items each (Jumanji's Knapsack, TSP)"),
     ],
+    ids=["unknown", "kwargs_of_mlp", "unknown_kwarg", "memory", "bad_shape", "not_items"],
 )  # fmt: skip
 def test_bad_networks_are_one_line_and_exit_2(overrides, line, tmp_path, capsys):
-    args = ["--import", str(HERE / "user_network.py"), "--config", "ppo_cartpole", *overrides]
+    args = [
+        "--import",
+        str(HERE / "user_network.py"),
+        "--config",
+        "ppo_cartpole",
+        *overrides,
+        "total_env_steps=2048",
+    ]  # fmt: skip (short, should a mutant let it train)
     assert _refused(args, tmp_path, capsys) == line
 
 
@@ -136,6 +144,14 @@ def test_a_whole_registered_network_gives_the_logits_and_values():
     v = params.value["params"]["net"]["user_linear"]
     want = (obs @ v["kernel"] + v["bias"])[:, 0]
     np.testing.assert_allclose(nets.value(params.value, obs), want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_registered_network_reads_observations_as_the_environment_gives_them():
+    """MinAtar's images reach a registered torso as images (an MLP would get vectors)."""
+    user = rlax_trpo.config.plugins.import_plugin(str(HERE / "user_network.py"))
+    config = config_from_dict({"env": "Breakout-MinAtar", "network": "flat_dense"})
+    rlax_trpo.make_trainer(config)
+    assert user.SEEN_SHAPES[-2:] == [(10, 10, 4)] * 2  # the policy's and the critic's
 
 
 @pytest.fixture(scope="module")
