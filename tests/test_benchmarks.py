@@ -26,6 +26,17 @@ def test_ci_runs_the_smoke_runs_and_the_mutation_check():
     assert "python benchmarks/smoke.py" in ci and "python tests/mutants.py" in ci
 
 
+def test_every_mutant_text_occurs_once_and_its_tests_exist():
+    """Caught here, in seconds, what would otherwise stop CI's mutation check after the suite."""
+    spec = importlib.util.spec_from_file_location("mutants", ROOT / "tests/mutants.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for m in module.MUTANTS:
+        assert (ROOT / m.file).read_text().count(m.old) == 1, m.name
+        files = [t.split("::")[0] for t in m.tests if t.startswith("tests/")]
+        assert files and all((ROOT / f).is_file() for f in files), m.name
+
+
 def _benchmark(name: str):
     """The script `benchmarks/<name>.py` as a module (its folder on the path, for its imports)."""
     spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
