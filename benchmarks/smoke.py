@@ -56,6 +56,8 @@ SMOKE = {
     ),
     # It trains Craftax_Baselines' own code from a clone, which CI does not have: the options only.
     "craftax_baselines.py": ([PY, "benchmarks/craftax_baselines.py", "--help"], ()),
+    # It trains jumanji/training's A2C, which needs dm-haiku and rlax (not installed): the options.
+    "jumanji_a2c.py": ([PY, "benchmarks/jumanji_a2c.py", "--help"], ()),
     "craftax_scores.py": (
         [PY, "benchmarks/craftax_scores.py", "--json", "{out}/craftax_scores.json"],
         ("craftax",),
