@@ -133,7 +133,9 @@ def run(cfg, epochs: int, eval_every: int) -> dict:
             key, k = jax.random.split(key)
             ev = utils.first_from_device(stochastic_eval.run_evaluation(state.params_state, k))
             curve[epoch] = float(ev["episode_return"])
-            print(f"epoch {epoch}/{epochs}: stochastic evaluation {curve[epoch]:.4f}", flush=True)
+            took = time.perf_counter() - start
+            print(f"epoch {epoch}/{epochs} ({took:.0f} s): stochastic evaluation "
+                  f"{curve[epoch]:.4f}", flush=True)  # fmt: skip
     key, k = jax.random.split(key)
     greedy = utils.first_from_device(greedy_eval.run_evaluation(state.params_state, k))
     final = [curve[e] for e in range(epochs - last + 1, epochs + 1)]
@@ -172,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None and value < 1:
             print(f"jumanji_a2c.py: {flag} must be at least 1 (got {value})", file=sys.stderr)
             return 2
+    from omegaconf import OmegaConf
+
     cfg = jumanji_config(args.env, args.seed, args.eval_episodes)
     training = cfg.env.training
     epochs = args.epochs or training.num_epochs
@@ -196,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
             },
             "final_epochs": out["final_epochs"],
             "greedy_eval_return": round(out["greedy"], 4),
+            # the settings (all but the seed), by which `rlax-trpo report` pools seeds' files
+            "config": {"env": OmegaConf.to_container(cfg.env), "epochs": epochs},
             "summary": {
                 "algorithm": "jumanji_a2c",
                 "env": task,

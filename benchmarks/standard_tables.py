@@ -12,6 +12,7 @@ stays under `--runs`. `rlax-trpo report` turns those files into the tables and f
     python benchmarks/standard_tables.py minatar                      # 4 games x PPO, TRPO
     python benchmarks/standard_tables.py minatar --algos ppo --games Breakout-MinAtar
     python benchmarks/standard_tables.py craftax --seeds 4
+    python benchmarks/standard_tables.py jumanji        # beside benchmarks/jumanji_a2c.py
     python benchmarks/standard_tables.py minatar --budget 65536 --runs /tmp/t --results /tmp/r
     python benchmarks/standard_tables.py minatar --algos trpo --budget 2000000 --seeds 2 \
         --sweep hp.max_kl=0.01,0.03 --sweep hp.ent_coef=0,0.01 --results DIR   # tune a row
@@ -56,6 +57,15 @@ TABLES = {
         },
         ["craftax/Craftax-Symbolic-v1"],
     ),
+    # Beside jumanji/training's own A2C (benchmarks/jumanji_a2c.py), each at its budget below.
+    "jumanji": (
+        {
+            "ppo": "studies/jumanji_a2c/ppo.yaml",
+            "trpo": "studies/jumanji_a2c/trpo.yaml",
+            "ppo_unmasked": "studies/jumanji_a2c/ppo.yaml",
+        },
+        ["jumanji/Minesweeper-v0", "jumanji/Knapsack-v1", "jumanji/Snake-v1"],
+    ),
 }
 
 
@@ -84,6 +94,20 @@ CELL_OVERRIDES = {
     ("minatar", "trpo", "Asterix-MinAtar"): TRPO_LOG_BARRIER,
     ("minatar", "trpo", "Freeway-MinAtar"): ["hp.max_kl=0.03", "hp.ent_coef=0.03"],
 }
+
+
+# Jumanji: per task, the discount of jumanji/training's config and the env steps of the A2C
+# epochs run beside it (benchmarks/jumanji_a2c.py --epochs: Minesweeper 4 of 100 epochs of
+# 256,000 steps, Knapsack 10 of 100 of 64,000, Snake 1 of 200 of 1,280,000).
+JUMANJI_TASKS = {
+    "jumanji/Minesweeper-v0": ["hp.gamma=0.99", "total_env_steps=1024000"],
+    "jumanji/Knapsack-v1": ["hp.gamma=1.0", "total_env_steps=640000"],
+    "jumanji/Snake-v1": ["hp.gamma=0.997", "total_env_steps=1280000"],
+}
+for _task, _settings in JUMANJI_TASKS.items():
+    CELL_OVERRIDES[("jumanji", "ppo", _task)] = _settings
+    CELL_OVERRIDES[("jumanji", "trpo", _task)] = _settings
+    CELL_OVERRIDES[("jumanji", "ppo_unmasked", _task)] = [*_settings, "mask_actions=false"]
 
 
 def cell_name(algo: str, task: str) -> str:
