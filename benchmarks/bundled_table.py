@@ -48,6 +48,16 @@ ROWS = [
     # a value nothing reads is refused (one line, exit 2)
     ("ppo_memory_chain_feedforward", "ppo_memory_chain", 4, ["memory=none", "memory_size=128"],
      "PPO, feed-forward"),
+    # Jumanji: the action mask enforced (the default), and given only as observations
+    ("ppo_jumanji_snake", "ppo_jumanji_snake", 2, [], "PPO, masked"),
+    ("ppo_jumanji_snake_unmasked", "ppo_jumanji_snake", 2, ["mask_actions=false"],
+     "PPO, mask unenforced"),
+    ("ppo_jumanji_maze", "ppo_jumanji_maze", 2, [], "PPO, masked"),
+    ("ppo_jumanji_maze_unmasked", "ppo_jumanji_maze", 2, ["mask_actions=false"],
+     "PPO, mask unenforced"),
+    ("ppo_jumanji_game2048", "ppo_jumanji_game2048", 2, [], "PPO, masked"),
+    ("ppo_jumanji_game2048_unmasked", "ppo_jumanji_game2048", 2, ["mask_actions=false"],
+     "PPO, mask unenforced"),
 ]  # fmt: skip
 
 
