@@ -1,6 +1,7 @@
 """The layers every network here is built from: orthogonally initialised dense layers, a 3x3
 convolution as a dense layer on patches, and the torso (MLP, or CNN then MLP); networks by
-name (`register_network`), and the attention network over a task's items."""
+name (`register_network`), the attention network over a task's items and the convolutional
+network over a task's board."""
 
 from __future__ import annotations
 
@@ -87,12 +88,15 @@ OUTPUTS = ("features", "heads")
 class NetworkEntry(NamedTuple):
     factory: Callable[..., nn.Module]
     outputs: str  # "features": a torso, the heads are added; "heads": the whole network
+    raw_obs: Callable[[dict], str] | None = None  # kwargs -> why it needs unnormalised obs
 
 
 _NETWORKS: dict[str, NetworkEntry] = {}
 
 
-def register_network(name: str, factory: Callable[..., nn.Module], outputs: str = "features"):
+def register_network(
+    name: str, factory: Callable[..., nn.Module], outputs: str = "features", raw_obs=None
+):
     """Register a network under `name`, for `network: <name>` (and `network_kwargs:`).
 
     `outputs="features"`: `factory(spec, **network_kwargs)` returns a Flax module mapping
@@ -103,21 +107,24 @@ def register_network(name: str, factory: Callable[..., nn.Module], outputs: str 
     with `role` "policy" or "value" returns the whole network: logits `[..., num_actions]`
     (discrete), the mean `[..., num_actions]` (continuous; the log-std is added) or values
     `[...]`. A module of a plugin (`imports:`) registers it, so a run folder rebuilds it.
+    `raw_obs(network_kwargs)`, if given, names why these arguments need the observations
+    unnormalised ("" when they do not): `normalize_obs: true` is then refused.
     """
     if not isinstance(name, str) or not name or name in BUILTIN_NETWORKS:
         raise ValueError(f"register_network: {name!r} must be a new non-empty name")
     if outputs not in OUTPUTS:
         raise ValueError(f"register_network: outputs must be one of {OUTPUTS} (got {outputs!r})")
-    _NETWORKS[name] = NetworkEntry(factory, outputs)
+    _NETWORKS[name] = NetworkEntry(factory, outputs, raw_obs)
 
 
 def network_names() -> list[str]:
     return [*BUILTIN_NETWORKS, *sorted(_NETWORKS)]
 
 
-def check_network(name: str, kwargs: dict[str, Any], memory: bool = False) -> None:
+def check_network(name: str, kwargs: dict[str, Any], memory=False, normalize_obs=False) -> None:
     """A one-line ConfigError for an unknown network name (with the nearest one), keyword
-    arguments its factory does not take, or a registered network asked for memory."""
+    arguments its factory does not take, a registered network asked for memory, or one
+    that reads raw observations asked to normalise them."""
     if name in BUILTIN_NETWORKS:
         if kwargs:
             raise ConfigError(f"network_kwargs: read by registered networks only, not {name}")
@@ -136,6 +143,9 @@ def check_network(name: str, kwargs: dict[str, Any], memory: bool = False) -> No
         inspect.signature(entry.factory).bind(*fixed, **kwargs)
     except TypeError as err:
         raise ConfigError(f"network_kwargs: network {name} does not take them ({err})") from None
+    why = entry.raw_obs(kwargs) if entry.raw_obs and normalize_obs else ""
+    if why:
+        raise ConfigError(f"normalize_obs: network {name} {why}; use normalize_obs=false")
 
 
 def named_networks(name: str, kwargs: dict[str, Any], spec: Any, head: str) -> tuple:
@@ -244,3 +254,90 @@ def item_attention(spec: Any, role: str, width=64, heads=4, blocks=2, items=None
 
 
 register_network("item_attention", item_attention, outputs="heads")
+
+
+def _split_fields(obs: jax.Array, fields: tuple, board: int) -> tuple[list, list]:
+    """The flat observation's fields `[..., H, W, C]` of the board's height and width (a
+    field `[H, W]` is one channel; field `board` first), and the others flat."""
+    batch, planes, context, at = obs.shape[:-1], [], [], 0
+    hw = tuple(fields[board][1][:2])
+    for i, (_, shape) in enumerate(fields):
+        size = math.prod(shape)
+        part = obs[..., at : at + size]
+        at += size
+        if tuple(shape[:2]) == hw:
+            plane = part.reshape(*batch, *hw, size // math.prod(hw))
+            planes.insert(0, plane) if i == board else planes.append(plane)
+        else:
+            context.append(part)
+    return planes, context
+
+
+class GridCNN(nn.Module):
+    """3x3 convolutions over a board (Minesweeper's cells, Snake's grid), registered as
+    `network: grid`.
+
+    The flat observation is cut back into its fields (`EnvSpec.obs_fields`): the board is
+    the field `grid` (default the first of two or more dimensions), and every field of the
+    board's height and width joins it as channels (an action mask of cells); the others
+    (counters) give a context added to every cell. With `categories: [low, count]` the
+    board's values are integers low .. low+count-1, each one-hot (Minesweeper's -1 for a
+    hidden cell, 0-8 mines around): they need `normalize_obs: false`. The policy's logits
+    are one per cell (a 1x1 convolution, row-major) when the actions are the cells,
+    otherwise a dense layer on the flattened features; the critic reads those. Parameters:
+    grid, categories, channels (default [32, 32]), width (64).
+    """
+
+    fields: tuple
+    grid: int  # index of the board in `fields`
+    categories: tuple  # (low, count), or () for values as they are
+    num_out: int
+    role: str
+    channels: tuple = (32, 32)
+    width: int = 64
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        hw = tuple(self.fields[self.grid][1][:2])
+        planes, context = _split_fields(obs, self.fields, self.grid)
+        if self.categories:
+            low, count = self.categories
+            board = planes[0].reshape(*planes[0].shape[:-1], -1, 1)  # [..., H, W, C, 1]
+            onehot = jnp.round(board) - low == jnp.arange(count)
+            planes[0] = onehot.reshape(*planes[0].shape[:-1], -1).astype(jnp.float32)
+        h = jnp.concatenate(planes, axis=-1)
+        for i, c in enumerate(self.channels):
+            h = dense(c, np.sqrt(2))(patches_3x3(h))
+            if i == 0 and context:
+                h = h + dense(c, np.sqrt(2))(jnp.concatenate(context, axis=-1))[..., None, None, :]
+            h = nn.relu(h)
+        if self.role == "policy" and self.num_out == math.prod(hw):
+            return dense(1, 0.01)(h)[..., 0].reshape(*h.shape[:-3], -1)
+        h = nn.relu(dense(self.width, np.sqrt(2))(h.reshape(*h.shape[:-3], -1)))
+        out = dense(self.num_out, 0.01 if self.role == "policy" else 1.0)(h)
+        return out if self.role == "policy" else out[..., 0]
+
+
+def grid(spec: Any, role: str, grid=None, categories=None, channels=(32, 32), width=64):
+    fields = tuple(getattr(spec, "obs_fields", ()) or ())
+    names = [name for name, _ in fields]
+    boards = [i for i, (_, s) in enumerate(fields) if len(s) >= 2]
+    at = names.index(grid) if grid in names else (boards[0] if boards and grid is None else -1)
+    if at < 0 or len(fields[at][1]) < 2:
+        known = ", ".join(names[i] for i in boards) or "none"
+        raise ConfigError(
+            f"network: grid needs a board field of two or more dimensions "
+            f"(got grid={grid!r}; this observation's boards: {known})"
+        )
+    cats = tuple(int(c) for c in categories) if categories else ()
+    if cats and (len(cats) != 2 or cats[1] < 1):
+        raise ConfigError(f"network_kwargs.categories: expected [low, count] (got {categories})")
+    num_out = spec.num_actions if role == "policy" else 1
+    return GridCNN(fields, at, cats, num_out, role, tuple(channels), int(width))
+
+
+def _grid_raw_obs(kwargs: dict) -> str:
+    return "reads categories of the raw board" if kwargs.get("categories") else ""
+
+
+register_network("grid", grid, outputs="heads", raw_obs=_grid_raw_obs)

@@ -189,3 +189,117 @@ def test_item_attention_reads_every_field_of_the_items(knapsack):
     per_field = jnp.abs(grads.reshape(50, 4, 50))
     own = jnp.stack([jnp.diagonal(per_field[:, f]) for f in range(4)])  # [field, item]
     assert bool((own[:2] > 0).all())  # weights and values reach their own item's logit
+
+
+@pytest.fixture(scope="module")
+def minesweeper():
+    config = config_from_dict({
+        "env": "jumanji/Minesweeper-v0", "network": "grid",
+        "network_kwargs": {"categories": [-1, 10], "channels": [16, 16], "width": 8}})  # fmt: skip
+    env = make_env(config.env)
+    nets = make_networks(config, env.spec)
+    board = jax.random.randint(jax.random.key(5), (100,), -1, 9).astype(jnp.float32)
+    counts = jnp.array([10.0, 3.0])  # mines, steps
+    obs = jnp.concatenate([board, (board == -1).astype(jnp.float32), counts])
+    return env, nets, nets.init(jax.random.key(0)), obs
+
+
+def _sharp(params):
+    """The policy with its per-cell head x100: differences in the logits well above float
+    rounding."""
+    head = params.policy["params"]["net"]["Dense_3"]
+    net = {**params.policy["params"]["net"], "Dense_3": {**head, "kernel": 100 * head["kernel"]}}
+    return params._replace(policy={"params": {"net": net}})
+
+
+def _logits(nets, params, obs, far=0):
+    """The policy's logits less that of cell `far` (log-softmax shifts them all alike)."""
+    logits = nets.policy(params.policy, obs).logits
+    return logits - logits[..., far : far + 1]
+
+
+@pytest.mark.parametrize("cell", [(0, 0), (4, 7), (9, 3)])
+def test_grid_gives_each_cell_a_logit_from_its_neighbourhood(minesweeper, cell):
+    """Two 3x3 convolutions: revealing cell (r, c) moves exactly the logits of the cells
+    within 2 of it (row-major), and the mask's cells reach the logits the same way."""
+    env, nets, params, obs = minesweeper
+    params = _sharp(params)
+    r, c = cell
+    rows, cols = np.divmod(np.arange(100), 10)
+    near = (np.abs(rows - r) <= 2) & (np.abs(cols - c) <= 2)
+    far = int(np.argmax(np.maximum(np.abs(rows - r), np.abs(cols - c))))
+    changed = obs.at[r * 10 + c].set((obs[r * 10 + c] + 6) % 10 - 1)  # another category
+    moved = np.abs(_logits(nets, params, changed, far) - _logits(nets, params, obs, far)) > 1e-5
+    assert moved[r * 10 + c] and not moved[~near].any(), np.argwhere(moved)
+    grads = jax.jacobian(lambda o: _logits(nets, params, o, far))(obs)  # [100, 202]
+    reach = np.abs(np.asarray(grads[:, 100:200])[:, r * 10 + c]) > 1e-6
+    assert reach[r * 10 + c] and not reach[~near].any(), np.argwhere(reach)
+    assert (np.abs(np.asarray(grads[:, 200:])) > 1e-6).any()  # the counters reach the logits
+
+
+def test_grid_reads_each_category_of_the_board_as_its_own(minesweeper):
+    """Each of Minesweeper's values -1 .. 8 at a cell gives its own logits; a value outside
+    the categories (none of them) differs from every one."""
+    env, nets, params, obs = minesweeper
+    params = _sharp(params)
+    seen = [_logits(nets, params, obs.at[44].set(v))[44] for v in [*range(-1, 9), 20]]
+    gaps = np.abs(np.subtract.outer(seen, seen))[~np.eye(11, dtype=bool)]
+    assert gaps.min() > 1e-5, gaps.min()
+    values = nets.value(params.value, jnp.stack([obs, obs.at[44].set(0.0)]))
+    assert abs(float(values[0] - values[1])) > 1e-7  # the critic reads the board too
+
+
+def test_grid_on_a_board_of_channels_with_other_actions():
+    """Snake's grid [12, 12, 5] with 4 actions: the logits come from the flattened board."""
+    config = config_from_dict({"env": "jumanji/Snake-v1", "network": "grid",
+                               "network_kwargs": {"channels": [4], "width": 8}})  # fmt: skip
+    env = make_env(config.env)
+    nets = make_networks(config, env.spec)
+    params = nets.init(jax.random.key(0))
+    obs = jax.vmap(lambda k: env.reset(k)[0])(jax.random.split(jax.random.key(1), 2))
+    logits, values = nets.policy(params.policy, obs).logits, nets.value(params.value, obs)
+    assert logits.shape == (2, 4) and values.shape == (2,)
+    assert float(jnp.abs(logits[0] - logits[1]).max()) > 1e-7  # two boards, two policies
+
+
+@pytest.mark.parametrize(
+    "overrides, line",
+    [
+        (["network_kwargs={categories: [-1, 10]}", "normalize_obs=true"],
+         "error: normalize_obs: network grid reads categories of the raw board; use "
+         "normalize_obs=false"),
+        (["network_kwargs={grid: boards}"], "error: network: grid needs a board field of two "
+         "or more dimensions (got grid='boards'; this observation's boards: board, "
+         "action_mask)"),
+        (["network_kwargs={categories: [10]}"],
+         "error: network_kwargs.categories: expected [low, count] (got [10])"),
+    ],
+    ids=["normalized_categories", "unknown_grid", "bad_categories"],
+)  # fmt: skip
+def test_bad_grids_are_one_line_and_exit_2(overrides, line, tmp_path, capsys):
+    args = ["--config", "ppo_cartpole", "env=jumanji/Minesweeper-v0", "network=grid",
+            *overrides, "total_env_steps=2048"]  # fmt: skip
+    assert _refused(args, tmp_path, capsys) == line
+
+
+def test_grid_needs_a_board(tmp_path, capsys):
+    args = ["--config", "ppo_cartpole", "network=grid", "total_env_steps=2048"]
+    assert _refused(args, tmp_path, capsys) == (
+        "error: network: grid needs a board field of two or more dimensions (got grid=None; "
+        "this observation's boards: none)"
+    )
+
+
+def test_grid_names_its_board_and_reads_the_other_planes_as_they_are():
+    """`grid: action_mask` with categories [0, 2]: the mask is one-hot, Minesweeper's board
+    (the first field) joins it as a raw channel, each of its values its own logits."""
+    config = config_from_dict({
+        "env": "jumanji/Minesweeper-v0", "network": "grid",
+        "network_kwargs": {"grid": "action_mask", "categories": [0, 2], "channels": [16, 16],
+                           "width": 8}})  # fmt: skip
+    nets = make_networks(config, make_env(config.env).spec)
+    params = _sharp(nets.init(jax.random.key(0)))
+    obs = jnp.concatenate([jnp.zeros(100), jnp.ones(100), jnp.array([10.0, 0.0])])
+    seen = [_logits(nets, params, obs.at[44].set(v))[44] for v in range(-1, 9)]
+    gaps = np.abs(np.subtract.outer(seen, seen))[~np.eye(10, dtype=bool)]
+    assert gaps.min() > 1e-5, gaps.min()

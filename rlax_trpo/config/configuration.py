@@ -166,7 +166,9 @@ def validate_config(raw: Any) -> tuple[BaseModel, Any]:
     model = validate_model(model_cls, raw)
     policy_cell, value_cell = memory_cells(model)
     if hasattr(model, "network"):
-        check_network(model.network, model.network_kwargs, bool(policy_cell or value_cell))
+        memory = bool(policy_cell or value_cell)
+        normalize = bool(getattr(model, "normalize_obs", False))
+        check_network(model.network, model.network_kwargs, memory, normalize)
     if (policy_cell or value_cell) and not spec.memory:
         key = "memory" if policy_cell else "value_memory"
         raise ConfigError(

@@ -234,7 +234,7 @@ class ControlFields(RunFields):
     normalize_reward: bool = False
     # Networks.
     # auto (a CNN for images, else an MLP), mlp, cnn, or a registered network's name
-    # (`rlax_trpo.layers.register_network`; `item_attention` is built in) with its arguments.
+    # (`rlax_trpo.layers.register_network`; `item_attention`, `grid` built in) with arguments.
     network: str = "auto"
     network_kwargs: dict[str, Any] = Field(default_factory=dict)
     hidden_sizes: tuple[PositiveInt, ...] = (64, 64)
