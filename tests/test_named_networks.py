@@ -103,8 +103,8 @@ def _refused(args, tmp_path, capsys) -> str:
     "overrides, line",
     [
         (["network=item_atention"], "error: network: unknown network 'item_atention' (did you "
-         "mean 'item_attention'? known: auto, mlp, cnn, bad_shape, flat_dense, item_attention, "
-         "linear, one_layer)"),
+         "mean 'item_attention'? known: auto, mlp, cnn, bad_shape, flat_dense, grid, "
+         "item_attention, linear, one_layer)"),
         (["network=mlp", "network_kwargs={width: 8}"],
          "error: network_kwargs: read by registered networks only, not mlp"),
         (["network=one_layer", "network_kwargs={widht: 8}"],
