@@ -329,8 +329,9 @@ def grid(spec: Any, role: str, grid=None, categories=None, channels=(32, 32), wi
             f"network: grid needs a board field of two or more dimensions "
             f"(got grid={grid!r}; this observation's boards: {known})"
         )
-    cats = tuple(int(c) for c in categories) if categories else ()
-    if cats and (len(cats) != 2 or cats[1] < 1):
+    ints = isinstance(categories, (list, tuple)) and all(type(c) is int for c in categories)
+    cats = tuple(categories) if categories and ints else ()
+    if categories and (len(cats) != 2 or cats[1] < 1):
         raise ConfigError(f"network_kwargs.categories: expected [low, count] (got {categories})")
     num_out = spec.num_actions if role == "policy" else 1
     return GridCNN(fields, at, cats, num_out, role, tuple(channels), int(width))

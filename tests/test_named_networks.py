@@ -273,8 +273,10 @@ def test_grid_on_a_board_of_channels_with_other_actions():
          "action_mask)"),
         (["network_kwargs={categories: [10]}"],
          "error: network_kwargs.categories: expected [low, count] (got [10])"),
+        (["network_kwargs={categories: [a, 2]}"],
+         "error: network_kwargs.categories: expected [low, count] (got ['a', 2])"),
     ],
-    ids=["normalized_categories", "unknown_grid", "bad_categories"],
+    ids=["normalized_categories", "unknown_grid", "bad_categories", "categories_not_ints"],
 )  # fmt: skip
 def test_bad_grids_are_one_line_and_exit_2(overrides, line, tmp_path, capsys):
     args = ["--config", "ppo_cartpole", "env=jumanji/Minesweeper-v0", "network=grid",
