@@ -112,6 +112,14 @@ SMOKE = {
          "--tiny-lm", "--width", "32", "--layers", "1", "--vocab-size", "300"],
         (),
     ),
+    "lm_trust_regions.py": (
+        [PY, "benchmarks/lm_trust_regions.py", "--out", "{out}", "--steps", "4", "--seeds",
+         "1000", "--updates", "dppo_tv", "trpo", "--json", "{out}/lm_trust_regions.json",
+         "num_iterations=2", "eval_every=2",
+         "eval_size=8", "num_prompts=2", "group_size=2", "max_new_tokens=8",
+         "--tiny-lm", "--width", "32", "--layers", "1", "--vocab-size", "300"],
+        (),
+    ),
     "pbt_vs_grid.py": (
         [PY, "benchmarks/pbt_vs_grid.py", "--population", "2", "--repeats", "1", "--ready", "2",
          "--json", "{out}/pbt.json", "--plot", "{out}/pbt.png", *TINY_RUN],

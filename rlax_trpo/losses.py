@@ -172,3 +172,35 @@ def gamma_weight(log_w: jax.Array, k: jax.Array | float, lam: jax.Array | float)
     log_phi = lam + k * log_w - lam * jnp.exp(log_w)
     phi = jnp.nan_to_num(jnp.exp(log_phi), nan=0.0, posinf=0.0, neginf=0.0)
     return jax.lax.stop_gradient(phi)
+
+
+def divergence_mask(
+    logp: jax.Array,
+    old_logp: jax.Array,
+    advantages: jax.Array,
+    low: jax.Array | float,
+    high: jax.Array | float,
+    kind: str,
+) -> jax.Array:
+    """DPPO's trust-region mask (Qi et al. 2026, "Rethinking the Trust Region in LLM RL",
+    arXiv:2602.04879): 1 where a token may still move, 0 where it has already left the region
+    in the direction its advantage pushes it. With p = pi(y), q = pi_old(y) of the sampled token:
+
+      * tv: the probability change, p - q <= high when A > 0, p - q >= -low otherwise
+      * kl: the binary KL between Bernoulli(q) and Bernoulli(p),
+            q log(q / p) + (1 - q) log((1 - q + 1e-8) / (1 - p + 1e-8)),
+            at most high when A > 0 unless p <= q, at most low otherwise unless p >= q
+
+    The 1e-8 is verl 0.9.1's, for equal numbers. Detached: the mask selects, it has no
+    gradient."""
+    p, q = jnp.exp(logp), jnp.exp(old_logp)
+    if kind == "tv":
+        valid = jnp.where(advantages > 0, p - q <= high, p - q >= -low)
+    elif kind == "kl":
+        binary_kl = q * (old_logp - logp) + (1 - q) * jnp.log((1 - q + 1e-8) / (1 - p + 1e-8))
+        valid = jnp.where(
+            advantages > 0, (binary_kl <= high) | (p <= q), (binary_kl <= low) | (p >= q)
+        )
+    else:
+        raise ValueError(f"unknown divergence {kind!r}; use 'tv' or 'kl'")
+    return jax.lax.stop_gradient(valid.astype(logp.dtype))

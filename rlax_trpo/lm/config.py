@@ -24,6 +24,7 @@ from rlax_trpo.lm.hf.model import PROJECTIONS
 from rlax_trpo.lm.model import ModelConfig
 from rlax_trpo.lm.objectives import (
     CLIP_LOSS_TYPES,
+    DPPO_LOSS_TYPES,
     IMPORTANCE_SAMPLING_LEVELS,
     KL_ESTIMATORS,
     LOSS_AGGREGATIONS,
@@ -45,6 +46,17 @@ PRETRAINED_ONLY = (
 )
 TINY_ONLY = ("model", "num_digits", "reverse_answer", "warm_start_steps")
 SAPO_HPARAMS = ("hp.sapo_temperature_pos", "hp.sapo_temperature_neg")
+DPPO_HPARAMS = {  # hp name -> the loss types that read it
+    **dict.fromkeys(("hp.dppo_tv_low", "hp.dppo_tv_high"), ("dppo_tv",)),
+    **dict.fromkeys(("hp.dppo_kl_low", "hp.dppo_kl_high"), ("dppo_kl",)),
+    "hp.dppo_ratio_cap": DPPO_LOSS_TYPES,
+}
+# the Adam update's settings, and the trust-region steps'
+ADAM_ONLY = ("num_epochs", "num_minibatches", "loss_type")
+ADAM_ONLY += ("hp.learning_rate", "hp.max_grad_norm", "hp.adam_eps")
+ADAM_ONLY += ("hp.clip_eps_low", "hp.clip_eps_high")
+TRUST_REGION_HPARAMS = ("hp.max_kl", "hp.cg_damping", "hp.cg_tol")
+LINE_SEARCH = ("line_search_steps", "hp.line_search_decay", "hp.kl_slack")
 VESPO_HPARAMS = ("hp.vespo_k_pos", "hp.vespo_lambda_pos", "hp.vespo_k_neg", "hp.vespo_lambda_neg")
 
 
@@ -200,13 +212,22 @@ class GRPOLMFields(Section):
     mask_zero_std: bool = False
     kl_estimator: Literal[KL_ESTIMATORS] = "k3"
     ref_refresh_every: int = Field(0, ge=0)
+    update: Literal["adam", "trpo", "npg"] = "adam"  # rlax_trpo.lm.natural: trpo, npg
+    cg_iters: int = Field(10, ge=1)
+    line_search_steps: int = Field(10, ge=1)
+    kl_control: Literal["fixed", "adaptive"] = "fixed"
 
     read_only_with = {
+        **dict.fromkeys(ADAM_ONLY, read_with("update", "adam")),
+        **dict.fromkeys(("cg_iters", *TRUST_REGION_HPARAMS), read_with("update", "trpo", "npg")),
+        **dict.fromkeys(LINE_SEARCH, read_with("update", "trpo")),
+        "hp.kl_target": read_with("kl_control", "adaptive"),
         "std_ddof": read_with("scale_rewards", True),  # the std that scales the rewards
         "hp.std_floor": read_with("scale_rewards", True),
         "hp.clip_delta": read_with("loss_type", *CLIP_LOSS_TYPES),
         **dict.fromkeys(SAPO_HPARAMS, read_with("loss_type", "sapo")),
         **dict.fromkeys(VESPO_HPARAMS, read_with("loss_type", "vespo")),
+        **{name: read_with("loss_type", *types) for name, types in DPPO_HPARAMS.items()},
     }
 
     @model_validator(mode="after")

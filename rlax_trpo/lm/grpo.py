@@ -23,9 +23,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from rlax_trpo import losses
 from rlax_trpo.advantages import group_relative_advantages
 from rlax_trpo.algorithms.common import epochs_of_minibatches, minibatches
+from rlax_trpo.algorithms.ppo import adapt_kl_beta
 from rlax_trpo.lm.model import ModelConfig
+from rlax_trpo.lm.natural import TRUST_REGION_UPDATES, make_natural_update, token_kl
 from rlax_trpo.lm.objectives import policy_loss
 from rlax_trpo.lm.policy import tiny_policy
 from rlax_trpo.lm.sampling import Completion, completion_logits, sample, token_logprobs
@@ -177,7 +180,13 @@ def make_grpo(policy: LMPolicy | ModelConfig, task: LMTask | Task, cfg: LMGRPOCo
     def init(key: jax.Array, params, hp: LMHParams) -> LMGRPOState:
         """The GRPO state of trained `params` that are also the reference policy's."""
         opt_state = set_clipped_adam_hparams(optimizer.init(params), hp, hp.learning_rate)
-        return LMGRPOState(params, params, opt_state, key, jnp.zeros((), jnp.int32))
+        beta = jnp.asarray(hp.kl_beta, jnp.float32)
+        return LMGRPOState(params, params, opt_state, key, jnp.zeros((), jnp.int32), beta)
+
+    def completion_logprobs(params, batch: LMBatch, hp: LMHParams, shared=NO_SHARED):
+        """The trained `params`' log-probs `[B, C]` of the batch's completion tokens."""
+        variables = policy.combine(shared.weights, params)
+        return policy.logprobs(variables, batch.prompts, batch.pad, batch.tokens, hp.temperature)[0]
 
     def collect(params, key, hp: LMHParams, shared=NO_SHARED) -> Rollout:
         """N prompts from the training split, G completions each, scored."""
@@ -237,7 +246,7 @@ def make_grpo(policy: LMPolicy | ModelConfig, task: LMTask | Task, cfg: LMGRPOCo
             metrics["policy/sample_logprob_gap"] = gap
         return batch, metrics
 
-    def update(params, opt_state, batch: LMBatch, hp: LMHParams, key, shared=NO_SHARED) -> tuple:
+    def adam_update(params, opt_state, batch: LMBatch, hp: LMHParams, key, shared=NO_SHARED):
         """mu epochs x minibatches of Adam steps on the GRPO loss."""
         opt_state = set_clipped_adam_hparams(opt_state, hp, hp.learning_rate)
         grad_fn = jax.value_and_grad(grpo_loss, has_aux=True)
@@ -261,14 +270,37 @@ def make_grpo(policy: LMPolicy | ModelConfig, task: LMTask | Task, cfg: LMGRPOCo
         metrics["grpo/ratio_first"] = aux["grpo/ratio_mean"][0, 0]
         return params, opt_state, metrics
 
+    if cfg.update in TRUST_REGION_UPDATES:
+        update = make_natural_update(completion_logprobs, cfg, cfg.update)
+    else:
+        update = adam_update
+
+    def update_metrics_of(params, batch: LMBatch, rollout: Rollout, hp, shared) -> dict:
+        """How far the update moved the policy on the sampled tokens (k3 of KL(pi_old || pi_new)
+        per token, mean and max) and the sampled KL to the reference before it."""
+        c = rollout.completion
+        moved = token_kl(completion_logprobs(params, batch, hp, shared), c.logprobs)
+        to_ref = losses.kl_estimate(batch.ref_logprobs - c.logprobs, cfg.kl_estimator)
+        return {
+            "policy/update_kl_mean": masked_mean(moved, c.mask),
+            "policy/update_kl_max": jnp.max(jnp.where(c.mask > 0, moved, 0.0)),
+            "policy/kl_ref_sampled": masked_mean(to_ref, c.mask),
+        }
+
     def iteration(state: LMGRPOState, hp: LMHParams, shared=NO_SHARED) -> tuple[LMGRPOState, dict]:
         """One GRPO iteration: collect -> make_batch -> update -> (reference refresh)."""
         key, k_collect, k_update = jax.random.split(state.key, 3)
+        if cfg.kl_control == "adaptive":
+            hp = hp.replace(kl_beta=state.kl_beta)
         rollout = collect(state.params, k_collect, hp, shared)
         batch, batch_metrics = make_batch(state.params, state.ref_params, rollout, hp, shared)
         params, opt_state, update_metrics = update(
             state.params, state.opt_state, batch, hp, k_update, shared
         )
+        moved = update_metrics_of(params, batch, rollout, hp, shared)
+        kl_beta = state.kl_beta
+        if cfg.kl_control == "adaptive":  # Ziegler et al. 2019; the PPO paper's halve / double
+            kl_beta = adapt_kl_beta(kl_beta, moved["policy/kl_ref_sampled"], hp.kl_target)
         step = state.step + 1
         ref_params = state.ref_params
         if cfg.ref_refresh_every > 0:
@@ -285,9 +317,11 @@ def make_grpo(policy: LMPolicy | ModelConfig, task: LMTask | Task, cfg: LMGRPOCo
             "completion/eos_frac": ended.mean(),
             **batch_metrics,
             **update_metrics,
+            **moved,
+            "grpo/kl_beta": state.kl_beta,
         }
         metrics = {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
-        return LMGRPOState(params, ref_params, opt_state, key, step), metrics
+        return LMGRPOState(params, ref_params, opt_state, key, step, kl_beta), metrics
 
     def evaluate(params, prompts: Prompts, key: jax.Array, shared=NO_SHARED) -> dict:
         """Greedy completions of `prompts`: exact-match accuracy, mean length, the tokens."""

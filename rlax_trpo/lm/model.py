@@ -9,7 +9,7 @@ One `__call__` serves both uses:
     position `<=` the query's position.
 The cache is a plain pytree argument and result (no mutable Linen collections), so the
 sampler is an ordinary `lax.scan` and both paths share every line of the attention maths.
-Logits are returned in float32 whatever the compute dtype.
+Logits (and attention scores) are float32 whatever the compute dtype, float64 in a float64 check.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ class ModelConfig(NamedTuple):
       max_len: longest sequence (prompt + completion) the positional table covers.
       num_layers, d_model, num_heads: depth, width, attention heads (d_model % heads == 0).
       mlp_ratio: hidden width of the MLP as a multiple of d_model.
-      dtype: compute dtype name ("float32" or "bfloat16"); params and logits stay float32.
+      dtype: compute dtype name ("float32" or "bfloat16"; "float64" under jax_enable_x64, for
+        checks); params and logits stay float32 (float64 for "float64").
     """
 
     vocab_size: int
@@ -79,8 +80,9 @@ def causal_attention(
     """
     chex.assert_rank([q, k, v], 4)
     chex.assert_equal_shape([k, v])
-    scores = jnp.einsum("bshd,bthd->bhst", q, k).astype(jnp.float32)
-    scores = scores / jnp.sqrt(jnp.float32(q.shape[-1]))
+    wide = jnp.promote_types(jnp.float32, q.dtype)  # float32, or float64 in float64 checks
+    scores = jnp.einsum("bshd,bthd->bhst", q, k).astype(wide)
+    scores = scores / jnp.sqrt(wide.type(q.shape[-1]))
     allowed = (k_pos[None, :] <= q_pos[:, None])[None]  # [1, S, T]
     if pad is not None:
         allowed = allowed & (k_pos[None, None, :] >= pad[:, None, None])
@@ -168,7 +170,8 @@ class Transformer(nn.Module):
                 new_k.append(layer_cache[0])
                 new_v.append(layer_cache[1])
         x = nn.LayerNorm(dtype=cfg.dtype, name="final_norm")(x)
-        logits = nn.Dense(cfg.vocab_size, dtype=cfg.dtype, name="head")(x).astype(jnp.float32)
+        logits = nn.Dense(cfg.vocab_size, dtype=cfg.dtype, name="head")(x)
+        logits = logits.astype(jnp.promote_types(jnp.float32, cfg.dtype))
         new_cache = None if cache is None else KVCache(jnp.stack(new_k), jnp.stack(new_v))
         return logits, new_cache
 

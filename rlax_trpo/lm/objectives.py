@@ -38,9 +38,12 @@ LOSS_TYPES = {
     "sapo": "seq_mean_token_mean",
     "luspo": "seq_mean_token_sum",
     "vespo": "batch_token_mean",
+    "dppo_tv": "batch_token_mean",  # verl 0.9.1's default "token-mean" over the whole batch
+    "dppo_kl": "batch_token_mean",
 }
 CLIP_LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "luspo")  # PPO's clipped surrogate
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence", "sequence_token")
+DPPO_LOSS_TYPES = ("dppo_tv", "dppo_kl")  # a divergence mask in place of the ratio clip
 
 
 def aggregate_loss(
@@ -143,6 +146,12 @@ def policy_objective(
       * sapo: 4 / tau sigmoid(tau (r - 1)) A, tau by the sign of A (SAPO, Qwen 2025)
       * vespo: phi(w_i) A log pi with phi the Gamma weight of the sequence weight (VESPO,
         arXiv:2602.10693; `vespo_weight`), independent of the importance sampling level
+      * dppo_tv, dppo_kl: sg(min(r_it, C)) A log pi m_it, the token ratio truncated at
+        C = hp.dppo_ratio_cap and the mask m_it of `rlax_trpo.losses.divergence_mask` (DPPO,
+        arXiv:2602.04879, as verl 0.9.1's `compute_policy_loss_dppo_tv` / `_kl` write it,
+        log-ratio clamped to +-20): the gradient is A grad r_it inside the region, 0 where the
+        token's probability has moved by more than the threshold (hp.dppo_tv_low / _high,
+        hp.dppo_kl_low / _high) the way A pushes it; token ratios whatever the level
     """
     if loss_type in CLIP_LOSS_TYPES:
         objective = losses.clipped_surrogate(
@@ -170,6 +179,15 @@ def policy_objective(
         phi = vespo_weight(logp, batch.old_logprobs, batch.mask, adv, hp)
         objective = phi * jax.lax.stop_gradient(adv) * logp
         return objective, {"grpo/vespo_phi_mean": masked_mean(phi.squeeze(1), batch.seq_weight)}
+    if loss_type in DPPO_LOSS_TYPES:
+        old_logp = batch.old_logprobs
+        token_ratio = jnp.exp(jnp.clip(logp - old_logp, -20.0, 20.0))
+        weight = losses.truncated_is_weight(token_ratio, hp.dppo_ratio_cap)
+        kind = loss_type.removeprefix("dppo_")
+        low, high = (getattr(hp, f"{loss_type}_{side}") for side in ("low", "high"))
+        valid = losses.divergence_mask(logp, old_logp, adv, low, high, kind)
+        objective = weight * jax.lax.stop_gradient(adv) * logp * valid
+        return objective, {"grpo/dppo_mask_frac": masked_mean(1.0 - valid, batch.mask)}
     raise ValueError(f"unknown loss_type {loss_type!r}; use one of {tuple(LOSS_TYPES)}")
 
 

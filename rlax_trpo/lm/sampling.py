@@ -53,8 +53,9 @@ ApplyFn = Callable[..., tuple[jax.Array, KVCache | None]]
 
 
 def tempered_log_softmax(logits: jax.Array, temperature: float | jax.Array) -> jax.Array:
-    """log softmax(logits / temperature) in float32, `[..., V]`."""
-    return jax.nn.log_softmax(logits.astype(jnp.float32) / temperature, axis=-1)
+    """log softmax(logits / temperature) in float32 (float64 logits stay float64), `[..., V]`."""
+    wide = jnp.promote_types(jnp.float32, logits.dtype)
+    return jax.nn.log_softmax(logits.astype(wide) / temperature, axis=-1)
 
 
 def sample(

@@ -37,6 +37,17 @@ class LMHParams(HParams):
     vespo_lambda_pos: Any = hp_field(3.0, gt=0)
     vespo_k_neg: Any = hp_field(3.0, ge=0)
     vespo_lambda_neg: Any = hp_field(2.0, gt=0)
+    dppo_tv_low: Any = hp_field(0.15, ge=0)  # DPPO thresholds (verl's example defaults)
+    dppo_tv_high: Any = hp_field(0.15, ge=0)
+    dppo_kl_low: Any = hp_field(0.05, ge=0)
+    dppo_kl_high: Any = hp_field(0.05, ge=0)
+    dppo_ratio_cap: Any = hp_field(20.0, gt=0)  # truncated importance weight (verl's clip_ratio_c)
+    kl_target: Any = hp_field(0.01, gt=0)  # kl_control adaptive: the KL to pi_ref it keeps
+    max_kl: Any = hp_field(0.01, gt=0)  # trpo / npg: delta, 1/2 s^T F s = max_kl
+    cg_damping: Any = hp_field(0.01, ge=0)
+    cg_tol: Any = hp_field(1e-5, ge=0)
+    line_search_decay: Any = hp_field(0.5, gt=0, lt=1)
+    kl_slack: Any = hp_field(1.0, ge=1)  # trpo accepts a measured KL <= kl_slack * max_kl
     temperature: Any = hp_field(1.0, gt=0)
     partial_credit: Any = hp_field(0.0, ge=0, le=1)
     max_grad_norm: Any = hp_field(1.0, gt=0)
@@ -74,6 +85,12 @@ class LMGRPOConfig(NamedTuple):
       mask_zero_std: drop groups whose rewards are all equal from the loss and its denominator.
       kl_estimator: "k1", "k2" or "k3" estimate of KL(pi_theta || pi_ref) per token.
       ref_refresh_every: copy the policy into the reference every K iterations (0: never).
+      update: "adam" (epochs x minibatches of Adam on the loss type's loss), "trpo" or "npg"
+        (one natural-gradient step on the batch, `rlax_trpo.lm.natural`).
+      cg_iters: trpo / npg: at most this many conjugate-gradient iterations.
+      line_search_steps: trpo: candidate step fractions hp.line_search_decay^j, j < this.
+      kl_control: "fixed" (hp.kl_beta throughout) or "adaptive" (the PPO paper's rule on the
+        sampled KL to the reference, hp.kl_target; Ziegler et al. 2019 adapt it likewise).
     """
 
     num_prompts: int
@@ -90,6 +107,10 @@ class LMGRPOConfig(NamedTuple):
     mask_zero_std: bool
     kl_estimator: str
     ref_refresh_every: int
+    update: str
+    cg_iters: int
+    line_search_steps: int
+    kl_control: str
 
 
 class LMBatch(NamedTuple):
@@ -119,6 +140,7 @@ class LMGRPOState:
     opt_state: optax.OptState
     key: jax.Array
     step: jax.Array
+    kl_beta: jax.Array  # the KL penalty's coefficient (hp.kl_beta, or adapted: kl_control)
 
 
 class Prompts(NamedTuple):
