@@ -25,8 +25,8 @@ import sys
 from pathlib import Path
 
 from _publish import parse_with_overrides, publish
+from lm_word_problems import add_model_arguments, make_model
 from lm_word_problems import grpo as run_grpo
-from lm_word_problems import make_model
 
 ROOT = Path(__file__).resolve().parents[1]
 # The YAML sets the Adam update's learning rate; a trust-region update reads none, so the
@@ -94,16 +94,7 @@ def summarise(name: str, rows: list[dict]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "lm_trust_regions")
-    parser.add_argument("--model", help="an existing tiny-lm folder (skips making one)")
-    parser.add_argument("--steps", type=int, default=1500, help="supervised steps of tiny-lm")
-    parser.add_argument(
-        "--tiny-lm",
-        nargs=argparse.REMAINDER,
-        default=[],
-        dest="tiny",
-        help="more tiny-lm options (last on the line)",
-    )
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002])
+    add_model_arguments(parser)
     parser.add_argument("--updates", nargs="+", default=list(UPDATES), choices=list(UPDATES))
     parser.add_argument("--json", type=Path)
     args = parse_with_overrides(parser, argv)

@@ -81,10 +81,9 @@ def grpo(out: Path, model: str, seed: int, name: str, overrides: list[str]) -> d
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "lm_word_problems")
-    parser.add_argument("--model", help="an existing folder (skips making one)")
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """--model, --steps, --tiny-lm (the model to make or read) and --seeds (set aside)."""
+    parser.add_argument("--model", help="an existing tiny-lm folder (skips making one)")
     parser.add_argument("--steps", type=int, default=1500, help="supervised steps of tiny-lm")
     parser.add_argument(
         "--tiny-lm",
@@ -94,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
         help="more tiny-lm options (last on the line)",
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "lm_word_problems")
+    add_model_arguments(parser)
     parser.add_argument("--full-lr", default="1e-4", help="full fine-tuning's learning rate")
     parser.add_argument("--no-full", action="store_true")
     parser.add_argument("--json", type=Path)
