@@ -89,6 +89,7 @@ def make_natural_update(
         if kind == "npg":
             new_params = trust_region.tree_axpy(1.0, step.step, params)
             accepted, fraction = jnp.asarray(True), jnp.asarray(1.0)
+            gain = objective(new_params) - j_old
         else:
             search = trust_region.backtracking_line_search(
                 lambda q: (objective(q) - j_old, mean_kl(q)),
@@ -100,10 +101,11 @@ def make_natural_update(
                 batch=1,  # one candidate's activations at a time, until one passes
             )
             new_params, accepted, fraction = search.params, search.accepted, search.fraction
+            gain = search.improvement  # the search's own, 0 when it rejects
         metrics = {
             "trpo/accepted": accepted.astype(jnp.float32),
             "trpo/step_fraction": fraction,
-            "trpo/surrogate_gain": objective(new_params) - j_old,
+            "trpo/surrogate_gain": gain,
             "trpo/expected_gain": step.expected_improvement,
             "trpo/quadratic_kl": step.quadratic_kl,
             "trpo/cg_residual": step.cg_residual,
